@@ -1,0 +1,237 @@
+"""Bots, LLM providers and models, threads and messages (with their visibility mask), turns, automations."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from amuxweb.fields import EncryptedTextField
+
+
+class Provider(models.Model):
+    class Kind(models.TextChoices):
+        OPENAI_CHAT = "openai_chat", "OpenAI Chat Completions (and compatible)"
+        OPENAI_RESPONSES = "openai_responses", "OpenAI Responses"
+        ANTHROPIC = "anthropic", "Anthropic Messages"
+        GEMINI = "gemini", "Google Gemini"
+        LOCAL_RULES = "local_rules", "Local rules (offline, rule-based)"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    base_url = models.URLField(blank=True, help_text="Empty: the SDK's default endpoint.")
+    api_key = EncryptedTextField(blank=True)
+    timeout_seconds = models.FloatField(default=60.0)
+    max_retries = models.PositiveSmallIntegerField(default=2, help_text="Retries the SDK itself makes.")
+    is_enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class LLMModel(models.Model):
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="models")
+    name = models.CharField(max_length=200, help_text="The provider's model id.")
+    display_name = models.CharField(max_length=200, blank=True)
+    context_window = models.PositiveIntegerField(default=0, help_text="Tokens; 0 = undeclared.")
+    max_output_tokens = models.PositiveIntegerField(default=4096)
+    supports_tool_calls = models.BooleanField(default=False)
+    supports_vision = models.BooleanField(default=False)
+    is_enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "LLM model"
+        constraints = [models.UniqueConstraint(fields=["provider", "name"], name="llmmodel_unique_provider_name")]
+
+    def __str__(self) -> str:
+        return self.display_name or self.name
+
+
+class UserProfile(models.Model):
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="amux_profile")
+    title_model = models.ForeignKey(
+        LLMModel,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The account's cheap model; a discuss bot in 'inherit' probe mode judges with it.",
+    )
+
+    def __str__(self) -> str:
+        return f"profile of {self.user}"
+
+
+class Bot(models.Model):
+    class GroupReplyMode(models.TextChoices):
+        MENTION = "mention", "Only when @-mentioned or replied to"
+        DISCUSS = "discuss", "Discuss: may speak on its own (probe gated)"
+
+    class ProbeMode(models.TextChoices):
+        INHERIT = "inherit", "Inherit (owner's title model)"
+        OFF = "off", "Off (ungated)"
+        MODEL = "model", "Model (the probe model below)"
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=100)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bots")
+    primary_model = models.ForeignKey(LLMModel, on_delete=models.PROTECT, related_name="+")
+    system_prompt = models.TextField(blank=True)
+    group_reply_mode = models.CharField(max_length=16, choices=GroupReplyMode.choices, default=GroupReplyMode.MENTION)
+    discuss_probe_mode = models.CharField(max_length=16, choices=ProbeMode.choices, default=ProbeMode.INHERIT)
+    discuss_probe_model = models.ForeignKey(
+        LLMModel, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Debounce of discuss wakes (P10); null = the hub's defaults.
+    probe_debounce_initial_ms = models.PositiveIntegerField(null=True, blank=True)
+    probe_debounce_max_ms = models.PositiveIntegerField(null=True, blank=True)
+    # Feishu app credentials; secrets are encrypted at rest and never shown.
+    feishu_app_id = models.CharField(max_length=64, blank=True, db_index=True)
+    feishu_app_secret = EncryptedTextField(blank=True)
+    feishu_encrypt_key = EncryptedTextField(blank=True)
+    feishu_verification_token = EncryptedTextField(blank=True)
+    # The bot's own open_id, read once from Feishu's bot info API (F6): tells @this-bot and echoes apart.
+    feishu_bot_open_id = models.CharField(max_length=64, blank=True)
+    is_enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def bridge_id(self) -> str:
+        """Seed 002's bridge identity: the Feishu app id, or the slug for a bot without a Feishu app."""
+        return self.feishu_app_id or self.slug
+
+    @property
+    def has_feishu_credentials(self) -> bool:
+        return bool(self.feishu_app_id and self.feishu_app_secret)
+
+
+class Thread(models.Model):
+    class RuntimeMode(models.TextChoices):
+        CHAT = "chat", "Chat"
+        AUTOMATION = "automation", "Automation"
+
+    class Channel(models.TextChoices):
+        FEISHU = "feishu", "Feishu"
+        REST = "rest", "REST"
+        AUTOMATION = "automation", "Automation"
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="threads")
+    runtime_mode = models.CharField(max_length=16, choices=RuntimeMode.choices)
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    # Feishu: "<chat_id>:<root_msg_id>" (topic scope) or "<chat_id>:group" (group scope); empty elsewhere.
+    external_key = models.CharField(max_length=200, blank=True, db_index=True)
+    title = models.CharField(max_length=200, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["bot", "-id"], name="thread_bot_newest")]
+
+    def __str__(self) -> str:
+        return self.title or f"thread {self.pk}"
+
+
+class Message(models.Model):
+    class Kind(models.TextChoices):
+        USER_MESSAGE = "user_message", "User message"
+        AGENT_REPLY = "agent_reply", "Agent reply"
+
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="messages")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    # Derived from (thread.runtime_mode, kind) by agents.visibility; never supplied by a client (V4).
+    visibility_mask = models.PositiveSmallIntegerField()
+    content = models.TextField(help_text="What a person sees.")
+    prompt = models.TextField(blank=True, help_text="What the model saw, when different from content.")
+    author = models.CharField(max_length=200, blank=True)
+    external_message_id = models.CharField(max_length=64, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # Keyset pagination and context assembly both walk one thread by id.
+        indexes = [models.Index(fields=["thread", "id"], name="message_thread_id")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.pk}"
+
+
+class Turn(models.Model):
+    class Trigger(models.TextChoices):
+        MENTION = "mention", "Mention"
+        REPLY = "reply", "Reply to the bot"
+        DM = "dm", "Direct message"
+        DISCUSS = "discuss", "Discuss wake"
+        REST = "rest", "REST"
+        AUTOMATION = "automation", "Automation"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        GATED = "gated", "Gated (probe declined)"
+        RUNNING = "running", "Running"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed"
+        SKIPPED = "skipped", "Skipped"
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="turns")
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="turns")
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    # The message that caused the turn (Feishu message id, "rest:<message pk>", "automation:<run>").
+    source_message_id = models.CharField(max_length=100)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    user_message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reply_message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # threadcontext refers to bots by plain ids and agents does not import it: a plain id, not a FK.
+    context_decision_id = models.BigIntegerField(null=True, blank=True)
+    model_input = models.JSONField(default=dict, blank=True, help_text="The provider request as sent.")
+    usage = models.JSONField(default=dict, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    retry_history = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    queued_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # One turn per (bot, source message): a duplicate trigger never creates a second turn (T2).
+            models.UniqueConstraint(fields=["bot", "source_message_id"], name="turn_unique_bot_source_message"),
+        ]
+        indexes = [models.Index(fields=["status", "queued_at"], name="turn_status_queued")]
+
+    def __str__(self) -> str:
+        return f"turn {self.pk} ({self.trigger}, {self.status})"
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at and self.finished_at:
+            return int((self.finished_at - self.started_at).total_seconds() * 1000)
+        return None
+
+
+class Automation(models.Model):
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="automations")
+    name = models.CharField(max_length=100)
+    prompt = models.TextField()
+    schedule = models.ForeignKey("django_celery_beat.CrontabSchedule", on_delete=models.PROTECT, related_name="+")
+    periodic_task = models.OneToOneField(
+        "django_celery_beat.PeriodicTask", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    thread = models.OneToOneField(Thread, null=True, blank=True, on_delete=models.SET_NULL, related_name="automation")
+    feishu_chat_id = models.CharField(max_length=64, blank=True, help_text="Optional Feishu chat to post each run to.")
+    is_enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "name"], name="automation_unique_bot_name"),
+            models.CheckConstraint(condition=~Q(prompt=""), name="automation_prompt_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,3 @@
+from amuxweb.celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -1,0 +1,32 @@
+"""The one place errors become JSON bodies: {"message": "...", "extra": {...}}."""
+
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from amuxweb.exceptions import ApplicationError
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, ApplicationError):
+        return Response({"message": exc.message, "extra": exc.extra}, status=exc.status_code)
+    if isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(as_serializer_error(exc))
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    if isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # a real bug: let Django answer 500 and log it
+
+    if isinstance(exc.detail, (list, dict)):
+        response.data = {"message": "Validation error", "extra": {"fields": response.data}}
+    else:
+        response.data = {"message": str(exc.detail), "extra": {}}
+    return response

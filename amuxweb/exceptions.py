@@ -1,0 +1,13 @@
+class ApplicationError(Exception):
+    """An error a caller can act on; the API answers it with `status_code` and `message`."""
+
+    status_code = 400
+
+    def __init__(self, message: str, *, extra: dict | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra or {}
+
+
+class NotFoundError(ApplicationError):
+    status_code = 404

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class FeishuConfig(AppConfig):
+    name = "amuxweb.feishu"
+    label = "feishu"
+    verbose_name = "Feishu bridge"

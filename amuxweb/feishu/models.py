@@ -1,0 +1,110 @@
+"""The bridge's durable state: the webhook's outbox, debounced discuss wakes, outbound deliveries."""
+
+from django.db import models
+from django.db.models import Q
+
+
+class InboundEvent(models.Model):
+    """What the webhook stored before answering 200: the transactional outbox of Feishu intake."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DONE = "done", "Done"
+        IGNORED = "ignored", "Ignored"
+        FAILED = "failed", "Failed"
+
+    bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="inbound_events")
+    event_id = models.CharField(max_length=64)
+    message_id = models.CharField(max_length=64)
+    event_type = models.CharField(max_length=64)
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Feishu retries and replays under new event_ids; message_id per bot is the real identity (F2).
+            models.UniqueConstraint(fields=["bot", "message_id"], name="inboundevent_unique_bot_message"),
+        ]
+        indexes = [
+            models.Index(fields=["received_at"], condition=Q(status="pending"), name="inboundevent_pending"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.message_id} ({self.status})"
+
+
+class DiscussWake(models.Model):
+    """A debounced wake of a discuss-mode bot for one (chat, topic): a burst of messages becomes one probe."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending (debouncing)"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="discuss_wakes")
+    chat_id = models.CharField(max_length=64)
+    root_msg_id = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    message_ids = models.JSONField(default=list)
+    last_message_id = models.CharField(max_length=64)
+    first_message_at = models.DateTimeField()
+    due_at = models.DateTimeField(help_text="When the probe runs unless another message extends it.")
+    deadline_at = models.DateTimeField(help_text="The debounce never extends past this.")
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    turn = models.ForeignKey("agents.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            # One open (debouncing) wake per bot and topic, whichever worker sees the message.
+            models.UniqueConstraint(
+                fields=["bot", "chat_id", "root_msg_id"],
+                condition=Q(status="pending"),
+                name="discusswake_unique_pending_topic",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "due_at"], name="discusswake_status_due")]
+
+    def __str__(self) -> str:
+        return f"wake {self.pk} {self.chat_id}/{self.root_msg_id} ({self.status})"
+
+
+class OutboundDelivery(models.Model):
+    """One message the hub sends to Feishu; its uuid makes a retried send idempotent on Feishu's side (F3)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SENT = "sent", "Sent"
+        RECORDED = "recorded", "Recorded (bot has no Feishu credentials)"
+        FAILED = "failed", "Failed"
+
+    bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="deliveries")
+    turn = models.ForeignKey("agents.Turn", null=True, blank=True, on_delete=models.CASCADE, related_name="deliveries")
+    chat_id = models.CharField(max_length=64)
+    reply_to_message_id = models.CharField(max_length=64, blank=True)
+    reply_in_thread = models.BooleanField(default=False)
+    chunk_index = models.PositiveSmallIntegerField(default=0)
+    uuid = models.CharField(max_length=64, unique=True)
+    msg_type = models.CharField(max_length=16, default="text")
+    content = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    feishu_message_id = models.CharField(max_length=64, blank=True, db_index=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "chunk_index"], name="delivery_unique_turn_chunk"),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.uuid} ({self.status})"

@@ -1,0 +1,171 @@
+"""Settings for every environment, read from the environment (and `.env` when present).
+
+The embedded default needs nothing set: SQLite under var/, Celery eager, DEBUG on only when asked.
+Production sets DATABASE_URL, REDIS_URL, SECRET_KEY, FIELD_ENCRYPTION_KEY and ALLOWED_HOSTS.
+"""
+
+from amuxweb.env import BASE_DIR, env
+
+DEBUG = env.bool("DEBUG", default=False)
+
+# An insecure key is only acceptable for a DEBUG (local) run; production must set SECRET_KEY.
+SECRET_KEY = env("SECRET_KEY", default="insecure-local-key-set-SECRET_KEY-in-production" if DEBUG else None)
+if not SECRET_KEY:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+
+# Fernet keys (comma separated, newest first) that encrypt secrets at rest; derived from SECRET_KEY when unset.
+FIELD_ENCRYPTION_KEY = env.list("FIELD_ENCRYPTION_KEY", default=[])
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_celery_beat",
+    "agents",
+    "threadcontext",
+    "probe",
+    "amuxweb.feishu",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "amuxweb.urls"
+WSGI_APPLICATION = "amuxweb.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'var' / 'amuxweb.sqlite3'}")}
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web process and an eager worker read while one writes.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20})
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Requests bigger than this are refused before any view runs (Feishu events are a few KiB).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
+
+# --- Security: secure by default, relaxed only for a DEBUG run --------------------------------------------
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 60 * 60 * 24 * 30)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD = not DEBUG
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+# --- REST API --------------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "amuxweb.api.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "amuxweb API",
+    "DESCRIPTION": "Threads, history, context and context decisions of amuxweb's agent bots.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Celery ----------------------------------------------------------------------------------------------
+REDIS_URL = env("REDIS_URL", default="")
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+# Without Redis the hub runs every task in-process, right away: the embedded default needs no broker.
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_TASK_EAGER_PROPAGATES = env.bool("CELERY_TASK_EAGER_PROPAGATES", default=False)
+CELERY_TASK_TIME_LIMIT = 5 * 60
+CELERY_TASK_SOFT_TIME_LIMIT = 4 * 60
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
+# With acks_late tasks, a killed worker's message comes back after this long (Redis transport).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE: dict = {}
+
+# --- Seed constants (ARCHITECTURE §7) --------------------------------------------------------------------
+AMUX_CONTEXT_RETENTION_DAYS = 30
+AMUX_MAX_AGENT_OUTPUT_CHARS = 20000
+AMUX_MAX_CONTEXT_CHARS = 24000
+AMUX_QUOTED_REPLY_MAX_RUNES = 12000
+AMUX_THREAD_CONTEXT_LIMIT = 20
+AMUX_FEISHU_TOPIC_ROOT_ENABLED = env.bool("AMUX_FEISHU_TOPIC_ROOT_ENABLED", default=True)
+AMUX_FEISHU_SHARED_THREAD_ENABLED = env.bool("AMUX_FEISHU_SHARED_THREAD_ENABLED", default=False)
+
+# --- Feishu ----------------------------------------------------------------------------------------------
+FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")
+# Events whose X-Lark-Request-Timestamp is older than this are refused (replay protection).
+FEISHU_MAX_EVENT_AGE_SECONDS = 5 * 60
+
+# --- Logging: key=value lines for people in DEBUG, JSON lines otherwise -----------------------------------
+LOG_LEVEL = env("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "keyvalue": {"()": "amuxweb.logging.KeyValueFormatter"},
+        "json": {"()": "amuxweb.logging.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "keyvalue" if DEBUG else "json"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

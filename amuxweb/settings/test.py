@@ -1,0 +1,21 @@
+"""Test settings: the base settings plus the few overrides a fast, hermetic test run needs."""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production-0123456789abcdefghijklmnopqrstuvwxyz")
+
+from amuxweb.settings.base import *  # noqa: E402,F403
+from amuxweb.settings.base import DATABASES, REDIS_URL  # noqa: E402
+
+DEBUG = False
+SECURE_SSL_REDIRECT = False
+SESSION_COOKIE_SECURE = False
+CSRF_COOKIE_SECURE = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Eager unless the run is against a real broker (CI's PostgreSQL + Redis run starts a real worker).
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+FEISHU_DOMAIN = "http://127.0.0.1:9"  # nothing listens: a test that forgets its stub server fails loudly
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20}

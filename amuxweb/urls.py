@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+api_v1 = [
+    path("", include(("agents.urls", "agents"))),
+    path("context/", include(("threadcontext.urls", "threadcontext"))),
+]
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include((api_v1, "api"))),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("feishu/", include(("amuxweb.feishu.urls", "feishu"))),
+]

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ProbeConfig(AppConfig):
+    name = "probe"
+    verbose_name = "Probe gate"

@@ -1,0 +1,34 @@
+"""Records of the discuss probe gate: one row per judgement, retained 30 days."""
+
+from django.db import models
+
+
+class ProbeJudgement(models.Model):
+    class Outcome(models.TextChoices):
+        ACT = "act", "Act (send)"
+        NO_ACTION = "no_action", "No action"
+        UNGATED = "ungated", "Ungated (gate did not run)"
+        FAILED_CLOSED = "failed_closed", "Failed closed"
+
+    bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="probe_judgements")
+    thread = models.ForeignKey("agents.Thread", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    turn = models.ForeignKey("agents.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The bridge's discuss wake (amuxweb.feishu.DiscussWake); probe never imports the bridge: a plain id.
+    wake_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    gate_ran = models.BooleanField()
+    cause = models.CharField(max_length=64)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    activated = models.BooleanField()
+    reason = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    model = models.ForeignKey("agents.LLMModel", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["bot", "-created_at"], name="judgement_bot_newest")]
+
+    def __str__(self) -> str:
+        return f"judgement {self.pk} ({self.cause})"

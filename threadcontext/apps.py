@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ThreadContextConfig(AppConfig):
+    name = "threadcontext"
+    verbose_name = "Thread context"

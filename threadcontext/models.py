@@ -1,0 +1,153 @@
+"""Seed 002's store: workspaces, thread events, context items, selection decisions, session bindings.
+
+Bots are referred to by plain identifiers (bot_profile = the bot's slug, bridge_id = its Feishu app id),
+as the seed's store does, so this app never imports `agents`.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+
+class Workspace(models.Model):
+    class Mode(models.TextChoices):
+        SHARED = "shared", "Shared"
+        OWNER_ONLY = "owner_only", "Owner only"
+
+    class SessionScope(models.TextChoices):
+        TOPIC = "topic", "One session per topic"
+        GROUP = "group", "One continuous session per group"
+
+    bot_profile = models.SlugField(max_length=64, help_text="The bot's slug.")
+    chat_id = models.CharField(max_length=64)
+    name = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.SHARED)
+    owner_open_id = models.CharField(max_length=64, blank=True)
+    thread_context_limit = models.PositiveSmallIntegerField(default=20)
+    session_scope = models.CharField(max_length=16, choices=SessionScope.choices, default=SessionScope.TOPIC)
+    # Null = the hub-wide setting (AMUX_FEISHU_TOPIC_ROOT_ENABLED / AMUX_FEISHU_SHARED_THREAD_ENABLED).
+    topic_root_enabled = models.BooleanField(null=True, blank=True)
+    shared_thread_enabled = models.BooleanField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["bot_profile", "chat_id"], name="workspace_unique_bot_chat"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.chat_id
+
+
+class ThreadEvent(models.Model):
+    class EventType(models.TextChoices):
+        TOPIC_ROOT = "topic_root", "Topic root"
+        HUMAN_MESSAGE = "human_message", "Human message"
+        USER_REQUEST = "user_request", "User request"
+        AGENT_OUTPUT = "agent_output", "Agent output"
+        COMMAND = "command", "Command"
+
+    source = models.CharField(max_length=16, default="feishu")
+    chat_id = models.CharField(max_length=64)
+    root_msg_id = models.CharField(max_length=64)
+    thread_id = models.CharField(max_length=64, blank=True)
+    message_id = models.CharField(max_length=64)
+    event_type = models.CharField(max_length=16, choices=EventType.choices)
+    actor_type = models.CharField(max_length=16, blank=True, help_text="user, bot or app")
+    actor_id = models.CharField(max_length=64, blank=True)
+    bridge_id = models.CharField(max_length=64)
+    bot_profile = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64, blank=True)
+    target_name = models.CharField(max_length=200, blank=True)
+    session_name = models.CharField(max_length=200, blank=True)
+    text = models.TextField(blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bridge_id", "message_id", "event_type"], name="threadevent_unique_bridge_message_type"
+            ),
+        ]
+        indexes = [models.Index(fields=["chat_id", "root_msg_id", "id"], name="threadevent_thread")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.message_id}"
+
+
+class ThreadContextItem(models.Model):
+    class ItemType(models.TextChoices):
+        TOPIC_ROOT = "topic_root", "Topic root"
+        HUMAN_MESSAGE = "human_message", "Human message"
+        AGENT_OUTPUT = "agent_output", "Agent output"
+
+    event = models.ForeignKey(ThreadEvent, on_delete=models.CASCADE, related_name="items")
+    # Copied from the event so the selector reads one thread's items with one index range scan.
+    chat_id = models.CharField(max_length=64)
+    root_msg_id = models.CharField(max_length=64)
+    bridge_id = models.CharField(max_length=64)
+    item_type = models.CharField(max_length=16, choices=ItemType.choices)
+    role = models.CharField(max_length=16, blank=True)
+    author_label = models.CharField(max_length=200, blank=True)
+    text = models.TextField()
+    token_estimate = models.PositiveIntegerField(default=0)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["chat_id", "root_msg_id", "-id"], name="contextitem_thread_newest")]
+
+    def __str__(self) -> str:
+        return f"{self.item_type} item {self.pk}"
+
+
+class ThreadContextDecision(models.Model):
+    chat_id = models.CharField(max_length=64)
+    root_msg_id = models.CharField(max_length=64)
+    message_id = models.CharField(max_length=64, blank=True)
+    bridge_id = models.CharField(max_length=64)
+    bot_profile = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64, blank=True)
+    workspace_mode = models.CharField(max_length=16, blank=True)
+    request_text = models.TextField(blank=True)
+    thread_context = models.TextField(blank=True)
+    selected_item_ids = models.JSONField(default=list, blank=True)
+    excluded = models.JSONField(default=list, blank=True)
+    prompt_preview = models.TextField(blank=True)
+    diagnostics = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["root_msg_id", "bot_profile", "-id"], name="decision_root_profile_newest")]
+
+    def __str__(self) -> str:
+        return f"decision {self.pk}"
+
+
+class SessionBinding(models.Model):
+    """(bot, chat, topic root or the group key) -> the agents.Thread that carries the session."""
+
+    GROUP_SCOPE_KEY = "group"
+
+    bot_profile = models.CharField(max_length=64)
+    chat_id = models.CharField(max_length=64)
+    # The topic's root_msg_id (topic scope) or GROUP_SCOPE_KEY (group scope).
+    scope_key = models.CharField(max_length=64)
+    agent_thread_id = models.BigIntegerField(help_text="agents.Thread id (a plain id: no import of agents).")
+    topic_root_prompt_delivered = models.BooleanField(default=False)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # At most one live binding per entry point; /new retires it and the next message creates another.
+            models.UniqueConstraint(
+                fields=["bot_profile", "chat_id", "scope_key"],
+                condition=Q(retired_at__isnull=True),
+                name="sessionbinding_unique_live_entry",
+            ),
+        ]
+        indexes = [models.Index(fields=["agent_thread_id"], name="sessionbinding_thread")]
+
+    def __str__(self) -> str:
+        return f"{self.bot_profile}:{self.chat_id}:{self.scope_key}"
