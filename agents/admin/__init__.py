@@ -1,0 +1,2 @@
+# The agents admin is split by topic; importing the modules registers their ModelAdmins.
+from agents.admin import core, turns  # noqa: F401

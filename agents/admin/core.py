@@ -1,0 +1,1 @@
+"""ModelAdmins for providers, models, profiles, bots, threads and messages."""

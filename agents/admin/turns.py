@@ -1,0 +1,1 @@
+"""ModelAdmins for turns and automations."""
