@@ -1,0 +1,102 @@
+"""Reads for threads and messages: visibility per user, /history pages (mask & 1), context (mask & 2).
+
+History uses keyset pagination on the primary key (V5): a page is `id < cursor ORDER BY id DESC LIMIT n+1`
+on the (thread, id) index, so a deep page costs what the first does and a message inserted between two page
+fetches never shifts a later page (it has a larger id than every cursor already handed out).
+"""
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import F, QuerySet
+
+from agents.models import Message, Thread
+from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
+from amuxweb.exceptions import ApplicationError, NotFoundError
+
+HISTORY_PAGE_SIZE_DEFAULT = 50
+HISTORY_PAGE_SIZE_MAX = 200
+
+
+class InvalidCursorError(ApplicationError):
+    pass
+
+
+class InvalidPageSizeError(ApplicationError):
+    pass
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    messages: list[Message]  # newest first
+    next_cursor: str | None  # None on the last page
+
+
+def thread_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Thread]:
+    """Threads the user may see: staff see all, everyone else the threads of bots they own."""
+    threads = Thread.objects.select_related("bot", "bot__owner")
+    if not user.is_authenticated:
+        return threads.none()
+    if user.is_staff:
+        return threads.order_by("-id")
+    return threads.filter(bot__owner=user).order_by("-id")
+
+
+def thread_get(*, user: AbstractBaseUser | AnonymousUser, thread_id: int) -> Thread:
+    """The thread, or NotFoundError when it does not exist or the user may not see it (no id leaks)."""
+    try:
+        return thread_list(user=user).get(pk=thread_id)
+    except Thread.DoesNotExist:
+        raise NotFoundError("Thread not found.", extra={"thread_id": thread_id}) from None
+
+
+def _messages_with_bit(*, thread: Thread, bit: int) -> QuerySet[Message]:
+    # A bitwise AND in SQL works on SQLite (&) and PostgreSQL (&) alike; the index (thread, id) drives the walk.
+    return (
+        Message.objects.filter(thread=thread)
+        .alias(visible_bits=F("visibility_mask").bitand(bit))
+        .filter(visible_bits__gt=0)
+    )
+
+
+def history_cursor_encode(*, before_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"before": before_id}).encode()).decode().rstrip("=")
+
+
+def history_cursor_decode(*, cursor: str) -> int:
+    """The message id the page starts below; InvalidCursorError for anything we did not hand out."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        before_id = json.loads(raw)["before"]
+    except (binascii.Error, ValueError, TypeError, KeyError):
+        raise InvalidCursorError("Malformed cursor.", extra={"cursor": cursor[:100]}) from None
+    if type(before_id) is not int or before_id <= 0:
+        raise InvalidCursorError("Malformed cursor.", extra={"cursor": cursor[:100]})
+    return before_id
+
+
+def message_history_page(
+    *, thread: Thread, cursor: str | None = None, page_size: int = HISTORY_PAGE_SIZE_DEFAULT
+) -> HistoryPage:
+    """One page of the thread's /history (mask & 1, V3), newest first, keyset on id (V5)."""
+    if not 1 <= page_size <= HISTORY_PAGE_SIZE_MAX:
+        raise InvalidPageSizeError(
+            f"page_size must be between 1 and {HISTORY_PAGE_SIZE_MAX}.",
+            extra={"page_size": page_size, "max": HISTORY_PAGE_SIZE_MAX},
+        )
+    messages = _messages_with_bit(thread=thread, bit=UI_HISTORY)
+    if cursor:
+        messages = messages.filter(id__lt=history_cursor_decode(cursor=cursor))
+    rows = list(messages.order_by("-id")[: page_size + 1])
+    has_more = len(rows) > page_size
+    rows = rows[:page_size]
+    next_cursor = history_cursor_encode(before_id=rows[-1].pk) if has_more else None
+    return HistoryPage(messages=rows, next_cursor=next_cursor)
+
+
+def context_messages_list(*, thread: Thread) -> list[Message]:
+    """Exactly the messages assembled into the model's context (mask & 2, V3), oldest first."""
+    return list(_messages_with_bit(thread=thread, bit=CONTEXT_ASSEMBLY).order_by("id"))
