@@ -82,7 +82,14 @@ class Bot(models.Model):
     group_reply_mode = models.CharField(max_length=16, choices=GroupReplyMode.choices, default=GroupReplyMode.MENTION)
     discuss_probe_mode = models.CharField(max_length=16, choices=ProbeMode.choices, default=ProbeMode.INHERIT)
     discuss_probe_model = models.ForeignKey(
-        LLMModel, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        LLMModel,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        # The judge must be able to call `decide` (P11): a model without tool calls would fail closed on every wake.
+        limit_choices_to={"is_enabled": True, "supports_tool_calls": True, "provider__is_enabled": True},
+        help_text="The discuss probe's judge when the probe mode is 'model'. Clearing it returns to 'inherit'.",
     )
     # Debounce of discuss wakes (P10); null = the hub's defaults.
     probe_debounce_initial_ms = models.PositiveIntegerField(null=True, blank=True)
@@ -100,6 +107,19 @@ class Bot(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """Probe settings (P11): 'model' needs a model; clearing the model of a 'model' bot returns to inherit."""
+        from django.core.exceptions import ValidationError
+
+        super().clean()
+        if self.discuss_probe_mode != self.ProbeMode.MODEL or self.discuss_probe_model_id is not None:
+            return
+        had_model = self.pk is not None and Bot.objects.filter(pk=self.pk, discuss_probe_model__isnull=False).exists()
+        if had_model:
+            self.discuss_probe_mode = self.ProbeMode.INHERIT
+            return
+        raise ValidationError({"discuss_probe_model": "Choose a probe model for the 'model' probe mode."})
 
     @property
     def bridge_id(self) -> str:

@@ -5,10 +5,13 @@ from django.db import models
 
 class ProbeJudgement(models.Model):
     class Outcome(models.TextChoices):
+        # The reference's outcome vocabulary (probe.rules.Outcome): the same words in rows and in logs.
         ACT = "act", "Act (send)"
         NO_ACTION = "no_action", "No action"
-        UNGATED = "ungated", "Ungated (gate did not run)"
-        FAILED_CLOSED = "failed_closed", "Failed closed"
+        MISSING = "missing", "Missing verdict (failed closed)"
+        MALFORMED = "malformed", "Malformed verdict (failed closed)"
+        ERROR = "error", "Error (failed closed)"
+        DISABLED = "disabled", "Disabled (gate did not run)"
 
     bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="probe_judgements")
     thread = models.ForeignKey("agents.Thread", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

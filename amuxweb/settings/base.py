@@ -151,6 +151,16 @@ AMUX_THREAD_CONTEXT_LIMIT = 20
 AMUX_FEISHU_TOPIC_ROOT_ENABLED = env.bool("AMUX_FEISHU_TOPIC_ROOT_ENABLED", default=True)
 AMUX_FEISHU_SHARED_THREAD_ENABLED = env.bool("AMUX_FEISHU_SHARED_THREAD_ENABLED", default=False)
 
+# --- Probe gate (P3, P10): debounce defaults of discuss wakes (a bot may override), config cache -----------
+AMUX_PROBE_DEBOUNCE_INITIAL_MS = env.int("AMUX_PROBE_DEBOUNCE_INITIAL_MS", default=3000)
+AMUX_PROBE_DEBOUNCE_MAX_MS = env.int("AMUX_PROBE_DEBOUNCE_MAX_MS", default=30000)
+AMUX_PROBE_CONFIG_CACHE_SECONDS = env.int("AMUX_PROBE_CONFIG_CACHE_SECONDS", default=60)
+CELERY_BEAT_SCHEDULE["probe-judgements-prune"] = {"task": "probe.tasks.judgements_prune_task", "schedule": 24 * 3600.0}
+CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
+    "task": "amuxweb.feishu.discuss.discuss_wakes_sweep",
+    "schedule": 5.0,
+}
+
 # --- Feishu ----------------------------------------------------------------------------------------------
 FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")
 # Events whose X-Lark-Request-Timestamp is older than this are refused (replay protection).

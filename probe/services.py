@@ -1,0 +1,211 @@
+"""The discuss probe gate (P1-P8): one cheap forced `decide` call before any expensive work.
+
+`probe_gate_run` is called by the bridge's discuss wake (amuxweb.feishu.discuss) and never by DMs, REST or
+@-addressed turns (P1). Every exit writes exactly one structured log record and one ProbeJudgement row.
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
+from agents.llm.base import ChatMessage, CompletionResult, LLMClient, LLMError
+from agents.models import Bot, LLMModel, Thread, Turn
+from probe.models import ProbeJudgement
+from probe.rules import (
+    QUIET_CAUSES,
+    Cause,
+    Outcome,
+    admit_window,
+    context_budget,
+    judge_request_build,
+    verdict_parse,
+)
+from probe.selectors import gate_config_get
+
+logger = logging.getLogger(__name__)
+
+LOG_MESSAGE = "discuss probe"
+JUDGEMENT_RETENTION_DAYS = 30
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The gate's answer. `gate_ran` False: no gate, proceed as before the feature; True: only `activated` runs."""
+
+    gate_ran: bool
+    activated: bool
+    reason: str
+    cause: str
+    outcome: str
+    judgement: ProbeJudgement
+    # A provider fault another try may fix (timeouts, 5xx, rate limits): the wake retries with backoff (P10).
+    retryable: bool = False
+
+    @property
+    def proceeds(self) -> bool:
+        """Whether the caller runs the primary: activated by the judge, or no gate at all."""
+        return self.activated or not self.gate_ran
+
+
+def _judge_client(model: LLMModel) -> LLMClient:
+    # Imported here: the registry imports every SDK adapter, which the rest of the gate never needs.
+    from agents.llm.registry import llm_client_for
+
+    return llm_client_for(model=model)
+
+
+def log_level_for(*, cause: str, gate_ran: bool, outcome: str, has_error: bool) -> int:
+    """Level by cause, not by whether the gate ran (seed review A4): only deliberate configuration is quiet."""
+    if cause in QUIET_CAUSES:
+        return logging.DEBUG
+    if has_error or not gate_ran or outcome in (Outcome.ERROR, Outcome.MISSING, Outcome.MALFORMED):
+        return logging.WARNING
+    return logging.INFO
+
+
+def _finish(
+    *,
+    bot: Bot,
+    thread: Thread | None,
+    turn: Turn | None,
+    wake_id: int | None,
+    model: LLMModel | None,
+    gate_ran: bool,
+    cause: str,
+    outcome: str = "",
+    activated: bool = False,
+    reason: str = "",
+    error: str = "",
+    retryable: bool = False,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    duration_ms: int = 0,
+) -> GateResult:
+    """Every exit goes through here: one log record and one row, the same fields on every path (P8)."""
+    if not gate_ran:
+        outcome = Outcome.DISABLED
+    elif not outcome:
+        outcome = Outcome.ERROR  # a gate that ran and has no verdict failed closed
+    activated = gate_ran and activated and outcome == Outcome.ACT
+    judgement = ProbeJudgement.objects.create(
+        bot=bot,
+        thread=thread,
+        turn=turn,
+        wake_id=wake_id,
+        gate_ran=gate_ran,
+        cause=cause,
+        outcome=outcome,
+        activated=activated,
+        reason=reason,
+        error=error[:2000],
+        model=model,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        duration_ms=duration_ms,
+    )
+    fields: dict[str, object] = {
+        "bot_id": bot.pk,
+        "session_id": str(thread.pk) if thread is not None else "",
+        "model_id": str(model.pk) if model is not None else "",
+        "cause": cause,
+        "outcome": outcome,
+        "gate_ran": gate_ran,
+        "activated": activated,
+        "wake_id": wake_id,
+        "judgement_id": judgement.pk,
+    }
+    if reason:
+        fields["reason"] = reason
+    if error:
+        fields["error"] = error
+    level = log_level_for(cause=cause, gate_ran=gate_ran, outcome=outcome, has_error=bool(error))
+    logger.log(level, LOG_MESSAGE, extra=fields)
+    return GateResult(
+        gate_ran=gate_ran,
+        activated=activated,
+        reason=reason,
+        cause=cause,
+        outcome=outcome,
+        judgement=judgement,
+        retryable=retryable,
+    )
+
+
+def probe_gate_run(
+    *,
+    bot: Bot,
+    transcript: list[ChatMessage],
+    thread: Thread | None = None,
+    turn: Turn | None = None,
+    wake_id: int | None = None,
+) -> GateResult:
+    """Judge whether a discuss-mode bot should speak on this wake, before any expensive work (P1-P8).
+
+    Fails closed (gate_ran, not activated) on every fault once a judge is configured; stays ungated
+    (gate_ran False) only where the reference's exit table says so.
+    """
+    common = {"bot": bot, "thread": thread, "turn": turn, "wake_id": wake_id}
+    config = gate_config_get(bot=bot)
+    if config.cause:
+        return _finish(**common, model=config.model, gate_ran=config.gate_ran, cause=config.cause, error=config.error)
+    model = config.model
+    assert model is not None  # a config without a cause always carries its judge
+    budget = context_budget(window=model.context_window)
+    if budget is None:
+        return _finish(
+            **common,
+            model=model,
+            gate_ran=True,
+            cause=Cause.MODEL_WINDOW_TOO_SMALL,
+            error=f"context window {model.context_window} cannot hold a minimal judge request",
+        )
+    window = admit_window(messages=transcript, budget=budget)
+    if not window:
+        return _finish(**common, model=model, gate_ran=True, cause=Cause.NO_VALID_WINDOW)
+    request = judge_request_build(model_name=model.name, bot_name=bot.name, window=window)
+    try:
+        client = _judge_client(model)
+    except (LLMError, ImproperlyConfigured, ValueError, KeyError) as exc:
+        return _finish(
+            **common, model=model, gate_ran=True, cause=Cause.CREDENTIALS_UNRESOLVABLE, error=type(exc).__name__
+        )
+    started = time.monotonic()
+    try:
+        result: CompletionResult = client.complete(request)
+    except LLMError as exc:
+        return _finish(
+            **common,
+            model=model,
+            gate_ran=True,
+            cause=Cause.MODEL_CALL_FAILED,
+            error=f"{type(exc).__name__}: {exc.message}",
+            retryable=exc.retryable,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+    duration_ms = int((time.monotonic() - started) * 1000)
+    verdict = verdict_parse(tool_calls=result.tool_calls)
+    return _finish(
+        **common,
+        model=model,
+        gate_ran=True,
+        cause=Cause.JUDGED,
+        outcome=verdict.outcome,
+        activated=verdict.activated,
+        reason=verdict.reason,
+        input_tokens=result.usage.input_tokens,
+        output_tokens=result.usage.output_tokens,
+        duration_ms=duration_ms,
+    )
+
+
+def judgements_prune(*, now: datetime | None = None, days: int = JUDGEMENT_RETENTION_DAYS) -> int:
+    """Delete judgements older than the retention (30 days); returns how many went."""
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    deleted, _ = ProbeJudgement.objects.filter(created_at__lt=cutoff).delete()
+    if deleted:
+        logger.info("probe judgements pruned", extra={"deleted": deleted, "cutoff": cutoff.isoformat()})
+    return deleted
