@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import F, QuerySet
 
-from agents.models import Message, Thread
+from agents.models import Bot, Message, Thread
 from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 from amuxweb.exceptions import ApplicationError, NotFoundError
 
@@ -29,10 +29,27 @@ class InvalidPageSizeError(ApplicationError):
     pass
 
 
+class UnknownBotError(ApplicationError):
+    pass
+
+
 @dataclass(frozen=True)
 class HistoryPage:
     messages: list[Message]  # newest first
     next_cursor: str | None  # None on the last page
+
+
+def bot_get_for_user(*, user: AbstractBaseUser | AnonymousUser, slug: str) -> Bot:
+    """A bot the user may start threads on (their own; staff: any). Unknown and foreign bots look the same."""
+    bots = Bot.objects.select_related("owner")
+    if not user.is_authenticated:
+        bots = bots.none()
+    elif not user.is_staff:
+        bots = bots.filter(owner=user)
+    try:
+        return bots.get(slug=slug)
+    except Bot.DoesNotExist:
+        raise UnknownBotError(f"No bot {slug!r} that you own.", extra={"bot": slug[:100]}) from None
 
 
 def thread_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Thread]:

@@ -1,1 +1,11 @@
-urlpatterns: list = []
+from django.urls import path
+
+from agents.apis.threads import ThreadContextApi, ThreadDetailApi, ThreadHistoryApi, ThreadListCreateApi
+
+urlpatterns: list = [
+    path("threads/", ThreadListCreateApi.as_view(), name="threads"),
+    path("threads/<int:thread_id>/", ThreadDetailApi.as_view(), name="thread"),
+    path("threads/<int:thread_id>/history/", ThreadHistoryApi.as_view(), name="history"),
+    path("threads/<int:thread_id>/context/", ThreadContextApi.as_view(), name="context"),
+    # The turns engineer adds threads/<int:thread_id>/messages/ and turns/<int:turn_id>/ here.
+]

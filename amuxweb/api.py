@@ -1,6 +1,7 @@
 """The one place errors become JSON bodies: {"message": "...", "extra": {...}}."""
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions
@@ -20,6 +21,12 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         exc = exceptions.NotFound()
     if isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
+    if isinstance(exc, RequestDataTooBig):
+        # Raised by request.body when the body passes DATA_UPLOAD_MAX_MEMORY_SIZE; Django alone would answer 400.
+        return Response(
+            {"message": "Request body too large.", "extra": {"max_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}},
+            status=413,
+        )
 
     response = drf_exception_handler(exc, context)
     if response is None:

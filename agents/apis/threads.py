@@ -1,0 +1,163 @@
+"""REST API for threads, their /history (mask & 1, newest first, keyset cursor) and /context (mask & 2)."""
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status
+from rest_framework.generics import GenericAPIView
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+from rest_framework.views import APIView
+
+from agents.models import Message, Thread
+from agents.selectors import (
+    HISTORY_PAGE_SIZE_DEFAULT,
+    HISTORY_PAGE_SIZE_MAX,
+    bot_get_for_user,
+    context_messages_list,
+    message_history_page,
+    thread_get,
+    thread_list,
+)
+from agents.services.threads import thread_create
+
+ERROR_RESPONSE = inline_serializer(
+    name="Error",
+    fields={"message": serializers.CharField(), "extra": serializers.DictField()},
+)
+
+
+class ThreadOutputSerializer(serializers.ModelSerializer):
+    bot = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Thread
+        fields = ["id", "bot", "runtime_mode", "channel", "title", "external_key", "retired_at", "created_at"]
+        read_only_fields = fields
+
+
+class MessageOutputSerializer(serializers.ModelSerializer):
+    """A message as a client sees it; the mask is shown read-only and is never a client's input (V4)."""
+
+    class Meta:
+        model = Message
+        fields = ["id", "kind", "content", "author", "created_at", "visibility_mask"]
+        read_only_fields = fields
+
+
+class ContextMessageOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Message
+        fields = ["id", "kind", "content", "prompt", "author", "created_at", "visibility_mask"]
+        read_only_fields = fields
+
+
+class ThreadPagination(LimitOffsetPagination):
+    default_limit = 50
+    max_limit = 200
+
+
+# Serializers are module level with unique names: drf-spectacular names components after the class, and two
+# nested "OutputSerializer"s in one schema collide (a warning, which the schema test fails on).
+class ThreadCreateInputSerializer(serializers.Serializer):
+    bot = serializers.SlugField(max_length=64, help_text="The bot's slug; one you own (staff: any).")
+    runtime_mode = serializers.ChoiceField(choices=Thread.RuntimeMode.choices)
+    title = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class ThreadHistoryFilterSerializer(serializers.Serializer):
+    cursor = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    page_size = serializers.IntegerField(
+        required=False, min_value=1, max_value=HISTORY_PAGE_SIZE_MAX, default=HISTORY_PAGE_SIZE_DEFAULT
+    )
+
+
+class ThreadHistoryPageSerializer(serializers.Serializer):
+    results = MessageOutputSerializer(many=True)
+    next = serializers.URLField(allow_null=True, help_text="The next (older) page; null on the last page.")
+
+
+class ThreadContextOutputSerializer(serializers.Serializer):
+    thread = serializers.IntegerField()
+    results = ContextMessageOutputSerializer(many=True)
+
+
+class ThreadListCreateApi(mixins.ListModelMixin, GenericAPIView):
+    serializer_class = ThreadOutputSerializer
+    pagination_class = ThreadPagination
+
+    def get_queryset(self):
+        return thread_list(user=self.request.user)
+
+    @extend_schema(operation_id="threads_list", summary="Threads you can see (staff: all), newest first.")
+    def get(self, request: Request) -> Response:
+        return self.list(request)
+
+    @extend_schema(
+        operation_id="threads_create",
+        summary="Start a thread on one of your bots; channel is rest.",
+        request=ThreadCreateInputSerializer,
+        responses={201: ThreadOutputSerializer, 400: ERROR_RESPONSE},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = ThreadCreateInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        bot = bot_get_for_user(user=request.user, slug=serializer.validated_data["bot"])
+        thread = thread_create(
+            bot=bot,
+            runtime_mode=serializer.validated_data["runtime_mode"],
+            channel=Thread.Channel.REST,
+            title=serializer.validated_data["title"],
+        )
+        return Response(ThreadOutputSerializer(thread).data, status=status.HTTP_201_CREATED)
+
+
+class ThreadDetailApi(APIView):
+    @extend_schema(
+        operation_id="threads_retrieve",
+        responses={200: ThreadOutputSerializer, 404: ERROR_RESPONSE},
+    )
+    def get(self, request: Request, thread_id: int) -> Response:
+        thread = thread_get(user=request.user, thread_id=thread_id)
+        return Response(ThreadOutputSerializer(thread).data)
+
+
+class ThreadHistoryApi(APIView):
+    @extend_schema(
+        operation_id="threads_history",
+        summary="Messages shown in the UI history (mask & 1), newest first, cursor paginated.",
+        parameters=[
+            OpenApiParameter("cursor", str, description="Opaque cursor from a previous page's `next` link."),
+            OpenApiParameter(
+                "page_size", int, description=f"Default {HISTORY_PAGE_SIZE_DEFAULT}, at most {HISTORY_PAGE_SIZE_MAX}."
+            ),
+        ],
+        responses={200: ThreadHistoryPageSerializer, 400: ERROR_RESPONSE, 404: ERROR_RESPONSE},
+    )
+    def get(self, request: Request, thread_id: int) -> Response:
+        thread = thread_get(user=request.user, thread_id=thread_id)
+        filters = ThreadHistoryFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        page = message_history_page(
+            thread=thread,
+            cursor=filters.validated_data.get("cursor") or None,
+            page_size=filters.validated_data["page_size"],
+        )
+        next_url = None
+        if page.next_cursor:
+            next_url = replace_query_param(request.build_absolute_uri(), "cursor", page.next_cursor)
+        return Response(
+            {"results": MessageOutputSerializer(page.messages, many=True).data, "next": next_url},
+        )
+
+
+class ThreadContextApi(APIView):
+    @extend_schema(
+        operation_id="threads_context",
+        summary="Exactly the messages assembled as the model's context (mask & 2), oldest first.",
+        responses={200: ThreadContextOutputSerializer, 404: ERROR_RESPONSE},
+    )
+    def get(self, request: Request, thread_id: int) -> Response:
+        thread = thread_get(user=request.user, thread_id=thread_id)
+        messages = context_messages_list(thread=thread)
+        return Response({"thread": thread.pk, "results": ContextMessageOutputSerializer(messages, many=True).data})

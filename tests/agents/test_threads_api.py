@@ -1,0 +1,388 @@
+"""The threads REST API: permissions, the mask through the DB and both queries (V1-V4), bad input, schema."""
+
+import io
+
+import pytest
+from django.core.management import call_command
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from agents.models import Message, Thread
+from agents.selectors import context_messages_list, message_history_page
+from agents.services.threads import InvalidRuntimeModeError, message_create, thread_create
+from tests.agents.factories import BotFactory, MessageFactory, ThreadFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+THREADS_URL = "/api/v1/threads/"
+
+
+def _client_for(user) -> APIClient:
+    client = APIClient()
+    if user is not None:
+        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return client
+
+
+@pytest.fixture
+def people():
+    owner = UserFactory(username="owner")
+    return {
+        "owner": owner,
+        "other": UserFactory(username="other"),
+        "staff": UserFactory(username="staff", is_staff=True),
+        "anonymous": None,
+        "bot": BotFactory(slug="planner", owner=owner),
+    }
+
+
+# --- permission matrix -------------------------------------------------------------------------------------
+
+THREAD_ENDPOINTS = ["{id}/", "{id}/history/", "{id}/context/"]
+
+
+@pytest.mark.parametrize("endpoint", THREAD_ENDPOINTS)
+@pytest.mark.parametrize(
+    ("role", "expected_status"), [("owner", 200), ("staff", 200), ("other", 404), ("anonymous", 401)]
+)
+def test_thread_endpoints_permission_matrix(people, endpoint, role, expected_status):
+    # given a chat thread of the owner's bot with one message
+    thread = ThreadFactory(bot=people["bot"])
+    message_create(thread=thread, kind="user_message", content="hello")
+    client = _client_for(people[role])
+
+    # when
+    response = client.get(THREADS_URL + endpoint.format(id=thread.pk))
+
+    # then: another user cannot tell the thread exists; an anonymous caller is asked to authenticate
+    assert response.status_code == expected_status
+    if role == "anonymous":
+        assert response["WWW-Authenticate"] == "Token"
+        assert response.json() == {"message": "Authentication credentials were not provided.", "extra": {}}
+    if role == "other":
+        assert response.json()["message"] == "Thread not found."
+
+
+def test_thread_endpoints_404_for_a_thread_that_does_not_exist(people):
+    # given no thread 999999
+    client = _client_for(people["staff"])
+
+    # when / then
+    for endpoint in THREAD_ENDPOINTS:
+        assert client.get(THREADS_URL + endpoint.format(id=999999)).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("role", "expected_titles"), [("owner", ["mine"]), ("staff", ["theirs", "mine"]), ("other", ["theirs"])]
+)
+def test_thread_list_permission_matrix(people, role, expected_titles):
+    # given one thread of the owner's bot and one of the other user's bot
+    ThreadFactory(bot=people["bot"], title="mine")
+    ThreadFactory(bot=BotFactory(owner=people["other"]), title="theirs")
+
+    # when
+    response = _client_for(people[role]).get(THREADS_URL)
+
+    # then: newest first, only the threads of bots the user owns (staff: all)
+    assert response.status_code == 200
+    assert [thread["title"] for thread in response.json()["results"]] == expected_titles
+    assert response.json()["count"] == len(expected_titles)
+
+
+def test_thread_list_anonymous_is_401(people):
+    response = _client_for(None).get(THREADS_URL)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+
+
+@pytest.mark.parametrize(
+    ("role", "expected_status"), [("owner", 201), ("staff", 201), ("other", 400), ("anonymous", 401)]
+)
+def test_thread_create_permission_matrix(people, role, expected_status):
+    # given the owner's bot "planner"
+    client = _client_for(people[role])
+
+    # when
+    response = client.post(THREADS_URL, {"bot": "planner", "runtime_mode": "chat", "title": "t"}, format="json")
+
+    # then: only the owner (or staff) may start a thread on it; another user's attempt writes nothing
+    assert response.status_code == expected_status
+    assert Thread.objects.count() == (1 if expected_status == 201 else 0)
+
+
+def test_session_authentication_works_too(people):
+    # given a logged-in session (no token)
+    thread = ThreadFactory(bot=people["bot"])
+    client = APIClient()
+    client.force_login(people["owner"])
+
+    # when
+    response = client.get(f"{THREADS_URL}{thread.pk}/")
+
+    # then
+    assert response.status_code == 200
+    assert response.json()["id"] == thread.pk
+
+
+# --- create ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("runtime_mode", ["chat", "automation"])
+def test_thread_create_returns_the_thread_with_channel_rest(people, runtime_mode):
+    # given
+    client = _client_for(people["owner"])
+
+    # when
+    response = client.post(
+        THREADS_URL, {"bot": "planner", "runtime_mode": runtime_mode, "title": "Plan the week"}, format="json"
+    )
+
+    # then
+    assert response.status_code == 201
+    thread = Thread.objects.get()
+    assert response.json() == {
+        "id": thread.pk,
+        "bot": "planner",
+        "runtime_mode": runtime_mode,
+        "channel": "rest",
+        "title": "Plan the week",
+        "external_key": "",
+        "retired_at": None,
+        "created_at": response.json()["created_at"],
+    }
+    assert (thread.bot_id, thread.runtime_mode, thread.channel) == (people["bot"].pk, runtime_mode, "rest")
+
+
+def test_v4_runtime_mode_cannot_be_changed_through_the_api(people):
+    # given a chat thread
+    thread = ThreadFactory(bot=people["bot"], runtime_mode="chat")
+    client = _client_for(people["owner"])
+
+    # when a client tries to change it
+    put = client.put(f"{THREADS_URL}{thread.pk}/", {"runtime_mode": "automation"}, format="json")
+    patch = client.patch(f"{THREADS_URL}{thread.pk}/", {"runtime_mode": "automation"}, format="json")
+
+    # then: there is no write endpoint for a thread, and the mode stays
+    assert (put.status_code, patch.status_code) == (405, 405)
+    thread.refresh_from_db()
+    assert thread.runtime_mode == "chat"
+
+
+# --- bad input: 4xx with a clear message, nothing written --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected_message", "expected_field"),
+    [
+        ({"bot": "planner", "runtime_mode": "memory"}, "Validation error", "runtime_mode"),
+        ({"bot": "planner"}, "Validation error", "runtime_mode"),
+        ({"runtime_mode": "chat"}, "Validation error", "bot"),
+        ({"bot": "planner", "runtime_mode": "chat", "title": "x" * 201}, "Validation error", "title"),
+        ({"bot": "no such bot!", "runtime_mode": "chat"}, "Validation error", "bot"),
+        ({"bot": "nobody", "runtime_mode": "chat"}, "No bot 'nobody' that you own.", None),
+        ({"bot": "coder", "runtime_mode": "chat"}, "No bot 'coder' that you own.", None),
+    ],
+)
+def test_thread_create_bad_input_is_400_and_writes_nothing(people, body, expected_message, expected_field):
+    # given a bot "coder" owned by someone else
+    BotFactory(slug="coder", owner=people["other"])
+    client = _client_for(people["owner"])
+
+    # when
+    response = client.post(THREADS_URL, body, format="json")
+
+    # then
+    assert response.status_code == 400
+    assert response.json()["message"] == expected_message
+    if expected_field:
+        assert list(response.json()["extra"]["fields"]) == [expected_field]
+    assert Thread.objects.count() == 0
+
+
+def test_thread_create_malformed_json_is_400_and_writes_nothing(people):
+    response = _client_for(people["owner"]).post(THREADS_URL, "{not json", content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["message"].startswith("JSON parse error")
+    assert Thread.objects.count() == 0
+
+
+def test_thread_create_oversized_body_is_413_json_and_writes_nothing(people, settings):
+    # given a body over DATA_UPLOAD_MAX_MEMORY_SIZE
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    body = '{"bot": "planner", "runtime_mode": "chat", "title": "' + "x" * 2000 + '"}'
+
+    # when
+    response = _client_for(people["owner"]).post(THREADS_URL, body, content_type="application/json")
+
+    # then
+    assert response.status_code == 413
+    assert response.json() == {"message": "Request body too large.", "extra": {"max_bytes": 1000}}
+    assert Thread.objects.count() == 0
+
+
+def test_service_refuses_an_unknown_runtime_mode_and_writes_nothing(people):
+    with pytest.raises(InvalidRuntimeModeError, match="memory") as error:
+        thread_create(bot=people["bot"], runtime_mode="memory", channel="rest")
+
+    assert error.value.status_code == 400
+    assert Thread.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["cursor=garbage", "cursor=eyJiZWZvcmUiOiAiMSJ9", "cursor=eyJiZWZvcmUiOiAtNX0", "cursor=bnVsbA", "cursor=%00"],
+)
+def test_history_malformed_cursor_is_400(people, query):
+    # given (the cursors are: not base64 JSON, {"before": "1"}, {"before": -5}, null, a NUL byte)
+    thread = ThreadFactory(bot=people["bot"])
+
+    # when
+    response = _client_for(people["owner"]).get(f"{THREADS_URL}{thread.pk}/history/?{query}")
+
+    # then
+    assert response.status_code == 400
+    assert response.json()["message"] in ("Malformed cursor.", "Validation error")
+
+
+@pytest.mark.parametrize("page_size", ["0", "201", "-1", "abc", "1.5"])
+def test_history_page_size_out_of_range_is_400(people, page_size):
+    thread = ThreadFactory(bot=people["bot"])
+
+    response = _client_for(people["owner"]).get(f"{THREADS_URL}{thread.pk}/history/?page_size={page_size}")
+
+    assert response.status_code == 400
+    assert list(response.json()["extra"]["fields"]) == ["page_size"]
+
+
+# --- the mask through the DB, /history and /context (V1-V4) ------------------------------------------------
+
+
+def _thread_with_every_kind(*, bot, runtime_mode: str) -> tuple[Thread, list[Message]]:
+    thread = thread_create(bot=bot, runtime_mode=runtime_mode, channel="rest")
+    messages = [
+        message_create(thread=thread, kind=kind, content=f"{runtime_mode} {kind} {n}")
+        for n in range(2)
+        for kind in ("user_message", "agent_reply")
+    ]
+    return thread, messages
+
+
+def test_v2_masks_stored_in_the_db_follow_the_matrix(people):
+    # given a chat and an automation thread with every kind, created through the service
+    _thread_with_every_kind(bot=people["bot"], runtime_mode="chat")
+    _thread_with_every_kind(bot=people["bot"], runtime_mode="automation")
+
+    # when
+    stored = sorted(set(Message.objects.values_list("thread__runtime_mode", "kind", "visibility_mask")))
+
+    # then
+    assert stored == [
+        ("automation", "agent_reply", 1),
+        ("automation", "user_message", 0),
+        ("chat", "agent_reply", 3),
+        ("chat", "user_message", 3),
+    ]
+
+
+def test_v4_message_create_takes_no_mask():
+    with pytest.raises(TypeError):
+        message_create(thread=ThreadFactory(), kind="user_message", content="x", visibility_mask=2)
+
+
+def test_v3_chat_history_and_context_both_show_every_message(people):
+    # given
+    thread, messages = _thread_with_every_kind(bot=people["bot"], runtime_mode="chat")
+    client = _client_for(people["owner"])
+
+    # when
+    history = client.get(f"{THREADS_URL}{thread.pk}/history/").json()
+    context = client.get(f"{THREADS_URL}{thread.pk}/context/").json()
+
+    # then: history newest first, context oldest first
+    assert [m["id"] for m in history["results"]] == [m.pk for m in reversed(messages)]
+    assert history["next"] is None
+    assert [m["id"] for m in context["results"]] == [m.pk for m in messages]
+    assert context["thread"] == thread.pk
+    assert history["results"][0] == {
+        "id": messages[-1].pk,
+        "kind": "agent_reply",
+        "content": "chat agent_reply 1",
+        "author": "",
+        "created_at": history["results"][0]["created_at"],
+        "visibility_mask": 3,
+    }
+
+
+def test_v3_automation_history_shows_only_replies_and_context_is_empty(people):
+    # given an automation thread: prompts have mask 0, replies mask 1
+    thread, messages = _thread_with_every_kind(bot=people["bot"], runtime_mode="automation")
+    client = _client_for(people["owner"])
+
+    # when
+    history = client.get(f"{THREADS_URL}{thread.pk}/history/").json()
+    context = client.get(f"{THREADS_URL}{thread.pk}/context/").json()
+
+    # then: an automation thread's messages never appear in context
+    replies = [m.pk for m in messages if m.kind == "agent_reply"]
+    assert [m["id"] for m in history["results"]] == list(reversed(replies))
+    assert context["results"] == []
+    assert context_messages_list(thread=thread) == []
+
+
+@pytest.mark.parametrize("mask", [0, 1, 2, 3])
+def test_v3_selectors_filter_exactly_on_each_bit(mask):
+    # given one thread holding one message of each possible mask (written directly: the selectors must not
+    # rely on the matrix, only on the bits)
+    thread = ThreadFactory()
+    by_mask = {m: MessageFactory(thread=thread, visibility_mask=m) for m in (0, 1, 2, 3)}
+
+    # when
+    history_ids = [m.pk for m in message_history_page(thread=thread).messages]
+    context_ids = [m.pk for m in context_messages_list(thread=thread)]
+
+    # then
+    assert (by_mask[mask].pk in history_ids) == bool(mask & 1)
+    assert (by_mask[mask].pk in context_ids) == bool(mask & 2)
+
+
+def test_context_messages_list_includes_the_prompt_and_only_this_thread(people):
+    # given two chat threads
+    thread = thread_create(bot=people["bot"], runtime_mode="chat", channel="rest")
+    mine = message_create(thread=thread, kind="user_message", content="raw", prompt="rendered")
+    message_create(thread=ThreadFactory(bot=people["bot"]), kind="user_message", content="elsewhere")
+
+    # when
+    context = _client_for(people["owner"]).get(f"{THREADS_URL}{thread.pk}/context/").json()
+
+    # then
+    assert [(m["id"], m["content"], m["prompt"]) for m in context["results"]] == [(mine.pk, "raw", "rendered")]
+
+
+# --- OpenAPI -----------------------------------------------------------------------------------------------
+
+
+def test_openapi_schema_generates_with_no_warnings(tmp_path):
+    # when / then: --fail-on-warn raises on any warning or error
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    schema = (tmp_path / "schema.yaml").read_text()
+    for path in ("/api/v1/threads/", "/api/v1/threads/{thread_id}/history/", "/api/v1/threads/{thread_id}/context/"):
+        assert f"  {path}:" in schema
+
+
+def test_schema_and_swagger_are_served(people):
+    client = _client_for(people["owner"])
+
+    schema = client.get("/api/schema/")
+    docs = client.get("/api/docs/")
+
+    assert schema.status_code == 200
+    assert b"/api/v1/threads/{thread_id}/history/" in schema.content
+    assert docs.status_code == 200
+    assert b"swagger" in docs.content.lower()
+
+
+def test_call_command_output_is_not_needed_for_schema():
+    out = io.StringIO()
+    call_command("spectacular", "--validate", "--fail-on-warn", stdout=out)
+    assert "openapi: 3" in out.getvalue()
