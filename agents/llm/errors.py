@@ -1,0 +1,87 @@
+"""Helpers every adapter uses to turn an HTTP failure into one of our `LLMError` types.
+
+One mapping for all providers, so "429 → rate limited" or "503 → transient" cannot drift between adapters:
+401/403 → AuthenticationError; 429 → RateLimitedError (with retry-after from the headers, or Gemini's
+RetryInfo); 408/409/5xx/529 → TransientError; 400-class overflow (decided per provider) →
+ContextOverflowError; any other 4xx → PermanentError.
+"""
+
+import email.utils
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from agents.llm.base import (
+    AuthenticationError,
+    ContextOverflowError,
+    LLMError,
+    PermanentError,
+    RateLimitedError,
+    TransientError,
+)
+
+MAX_ERROR_MESSAGE_CHARS = 500
+TRANSIENT_STATUS_CODES = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
+
+
+def short(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_ERROR_MESSAGE_CHARS else text[: MAX_ERROR_MESSAGE_CHARS - 1] + "…"
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None, *, body: Any = None) -> float | None:
+    """Seconds to wait, from `retry-after-ms`, `retry-after` (seconds or an HTTP date) or Gemini's RetryInfo."""
+    if headers:
+        lowered = {str(name).lower(): str(value) for name, value in headers.items()}
+        if "retry-after-ms" in lowered:
+            try:
+                return max(float(lowered["retry-after-ms"]) / 1000, 0.0)
+            except ValueError:
+                pass
+        if "retry-after" in lowered:
+            value = lowered["retry-after"].strip()
+            try:
+                return max(float(value), 0.0)
+            except ValueError:
+                parsed = email.utils.parsedate_to_datetime(value) if value else None
+                if parsed is not None:
+                    return max(parsed.timestamp() - time.time(), 0.0)
+    # Gemini puts it in the body: {"error": {"details": [{"@type": ".../google.rpc.RetryInfo", "retryDelay": "13s"}]}}
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        for detail in (error.get("details") or []) if isinstance(error, dict) else []:
+            delay = isinstance(detail, dict) and detail.get("retryDelay")
+            match = re.fullmatch(r"(\d+(?:\.\d+)?)s", str(delay or ""))
+            if match:
+                return float(match.group(1))
+    return None
+
+
+def error_for_status(
+    *,
+    status_code: int | None,
+    message: str,
+    provider: str,
+    headers: Mapping[str, str] | None = None,
+    body: Any = None,
+    is_overflow: bool = False,
+) -> LLMError:
+    message = short(message) or f"HTTP {status_code}"
+    kwargs = {"provider": provider, "status_code": status_code}
+    if is_overflow:
+        return ContextOverflowError(message, **kwargs)
+    if status_code in (401, 403):
+        return AuthenticationError(message, **kwargs)
+    if status_code == 429:
+        return RateLimitedError(message, retry_after_seconds=retry_after_seconds(headers, body=body), **kwargs)
+    if status_code is None or status_code in TRANSIENT_STATUS_CODES or status_code >= 500:
+        return TransientError(message, **kwargs)
+    return PermanentError(message, **kwargs)
+
+
+def non_json_error(*, provider: str, body: object) -> TransientError:
+    """A 2xx answer that is not the JSON object the API documents (a proxy's HTML page, a truncated body)."""
+    return TransientError(
+        f"{provider}: the provider answered with a non-JSON body: {short(str(body))[:120]}", provider=provider
+    )

@@ -1,0 +1,162 @@
+"""Google Gemini `generateContent` through the official `google-genai` SDK.
+
+System messages become `systemInstruction`; assistant turns are role "model". Forced tool choice is
+`toolConfig.functionCallingConfig = {mode: ANY, allowedFunctionNames: [name]}`; the SDK's automatic function
+calling is off (we never let the SDK run tools). Function-call `args` arrive as an object.
+"""
+
+import json
+from typing import Any
+
+import httpx
+import httpx2
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from agents.llm.base import CompletionRequest, CompletionResult, LLMError, PermanentError, ToolCall, Usage
+from agents.llm.errors import error_for_status, non_json_error, short
+from agents.llm.settings import ProviderSettings
+
+# google-genai sends through httpx2 when installed (it is, pinned by the SDK), httpx otherwise: catch both.
+TIMEOUT_ERRORS: tuple[type[Exception], ...] = (httpx.TimeoutException, httpx2.TimeoutException)
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.TransportError, httpx2.TransportError)
+RETRYABLE_STATUS_CODES = [408, 429, 500, 502, 503, 504]
+
+
+def is_overflow_message(message: str) -> bool:
+    lowered = message.lower()
+    return "token count" in lowered and "exceeds" in lowered or "context window" in lowered or "too long" in lowered
+
+
+def map_gemini_error(exc: Exception, *, provider: str) -> LLMError:
+    if isinstance(exc, genai_errors.APIError):
+        message = str(exc.message or exc.status or exc)
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+        return error_for_status(
+            status_code=exc.code,
+            message=f"{provider}: {exc.status or ''} {message}".replace("  ", " "),
+            provider=provider,
+            headers=headers,
+            body=exc.details,
+            is_overflow=exc.code == 400 and is_overflow_message(message),
+        )
+    if isinstance(exc, TIMEOUT_ERRORS):
+        return error_for_status(status_code=None, message=f"{provider}: request timed out", provider=provider)
+    if isinstance(exc, TRANSPORT_ERRORS):
+        return error_for_status(status_code=None, message=f"{provider}: connection failed: {exc}", provider=provider)
+    if isinstance(exc, ValueError):  # json.JSONDecodeError: a 2xx body that is not JSON
+        return non_json_error(provider=provider, body=exc)
+    return error_for_status(status_code=400, message=f"{provider}: {short(str(exc))}", provider=provider)
+
+
+class GeminiClient:
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.settings = settings
+        retry_options = None  # google-genai: no retry_options = never retry
+        if settings.max_retries > 0:
+            retry_options = types.HttpRetryOptions(
+                attempts=settings.max_retries + 1, http_status_codes=RETRYABLE_STATUS_CODES
+            )
+        self.client = genai.Client(
+            api_key=settings.api_key or "unset",
+            http_options=types.HttpOptions(
+                base_url=settings.base_url or None,
+                timeout=int(settings.timeout_seconds * 1000),  # milliseconds
+                retry_options=retry_options,
+            ),
+        )
+
+    def request_parts(self, request: CompletionRequest) -> tuple[list[types.Content], types.GenerateContentConfig]:
+        system = "\n\n".join(message.content for message in request.messages if message.role == "system")
+        contents: list[types.Content] = []
+        for message in request.messages:
+            if message.role == "system":
+                continue
+            if message.role == "tool":
+                try:
+                    response: Any = json.loads(message.content)
+                except ValueError:
+                    response = message.content
+                part = types.Part.from_function_response(
+                    name=message.tool_call_id or "tool",
+                    response=response if isinstance(response, dict) else {"result": response},
+                )
+                contents.append(types.Content(role="user", parts=[part]))
+                continue
+            parts: list[types.Part] = [types.Part(text=message.content)] if message.content else []
+            parts.extend(
+                types.Part(function_call=types.FunctionCall(name=call.name, args=call.arguments))
+                for call in message.tool_calls
+                if isinstance(call.arguments, dict)
+            )
+            if parts:
+                contents.append(types.Content(role="model" if message.role == "assistant" else "user", parts=parts))
+        config = types.GenerateContentConfig(
+            system_instruction=system or None,
+            max_output_tokens=request.max_output_tokens,
+            temperature=request.temperature,
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        )
+        if request.tools:
+            config.tools = [
+                types.Tool(
+                    function_declarations=[
+                        types.FunctionDeclaration(
+                            name=tool.name, description=tool.description, parameters_json_schema=tool.parameters
+                        )
+                        for tool in request.tools
+                    ]
+                )
+            ]
+        if request.forced_tool:
+            config.tool_config = types.ToolConfig(
+                function_calling_config=types.FunctionCallingConfig(
+                    mode=types.FunctionCallingConfigMode.ANY, allowed_function_names=[request.forced_tool]
+                )
+            )
+        return contents, config
+
+    def request_body(self, request: CompletionRequest) -> dict[str, Any]:
+        """A JSON-able view of the request, for the admin's "model input as sent"."""
+        contents, config = self.request_parts(request)
+        return {
+            "model": request.model,
+            "contents": [content.model_dump(mode="json", exclude_none=True) for content in contents],
+            "config": config.model_dump(mode="json", exclude_none=True),
+        }
+
+    def complete(self, request: CompletionRequest) -> CompletionResult:
+        provider = self.settings.name
+        contents, config = self.request_parts(request)
+        try:
+            response = self.client.models.generate_content(model=request.model, contents=contents, config=config)
+        except (genai_errors.APIError, ValueError, *TRANSPORT_ERRORS) as exc:
+            raise map_gemini_error(exc, provider=provider) from exc
+        if not response.candidates:
+            feedback = response.prompt_feedback
+            reason = feedback.block_reason if feedback and feedback.block_reason else "no candidates"
+            raise PermanentError(f"{provider}: the model returned no answer ({reason})", provider=provider)
+        candidate = response.candidates[0]
+        parts = (candidate.content.parts if candidate.content else None) or []
+        texts = [part.text for part in parts if part.text and not part.thought]
+        calls = tuple(
+            ToolCall(
+                name=part.function_call.name or "",
+                arguments=dict(part.function_call.args or {}),
+                id=part.function_call.id or "",
+            )
+            for part in parts
+            if part.function_call
+        )
+        usage = response.usage_metadata
+        finish = candidate.finish_reason
+        return CompletionResult(
+            text="".join(texts),
+            tool_calls=calls,
+            usage=Usage(
+                input_tokens=(usage.prompt_token_count or 0) if usage else 0,
+                output_tokens=(usage.candidates_token_count or 0) if usage else 0,
+            ),
+            raw_finish_reason=str(finish.value if hasattr(finish, "value") else finish or ""),
+        )

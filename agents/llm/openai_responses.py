@@ -1,0 +1,100 @@
+"""OpenAI Responses API through the official `openai` SDK.
+
+System messages become `instructions`; the rest is the `input` list. Tools are flat (`name`, `parameters`,
+`strict` at the tool's top level) and the forced choice is `{"type": "function", "name": ...}`. Responses
+are not stored on OpenAI's side (`store: false`): the hub keeps its own record.
+"""
+
+import json
+from typing import Any
+
+import openai
+
+from agents.llm.base import CompletionRequest, CompletionResult, PermanentError, ToolCall, Usage
+from agents.llm.errors import error_for_status, non_json_error
+from agents.llm.openai_chat import map_openai_error, openai_client, parse_arguments, strict_schema
+from agents.llm.settings import ProviderSettings
+
+
+class OpenAIResponsesClient:
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.settings = settings
+        self.client = openai_client(settings)
+
+    def request_body(self, request: CompletionRequest) -> dict[str, Any]:
+        instructions = "\n\n".join(message.content for message in request.messages if message.role == "system")
+        items: list[dict[str, Any]] = []
+        for message in request.messages:
+            if message.role == "system":
+                continue
+            if message.role == "tool":
+                items.append(
+                    {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
+                )
+                continue
+            if message.content or not message.tool_calls:
+                items.append({"role": message.role, "content": message.content})
+            for call in message.tool_calls:
+                arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+                items.append({"type": "function_call", "call_id": call.id, "name": call.name, "arguments": arguments})
+        body: dict[str, Any] = {
+            "model": request.model,
+            "input": items,
+            "max_output_tokens": request.max_output_tokens,
+            "store": False,
+        }
+        if instructions:
+            body["instructions"] = instructions
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                    # The default of `strict` is not settled for this API: always say it.
+                    "strict": strict_schema(tool),
+                }
+                for tool in request.tools
+            ]
+        if request.forced_tool:
+            body["tool_choice"] = {"type": "function", "name": request.forced_tool}
+            body["parallel_tool_calls"] = False
+        return body
+
+    def complete(self, request: CompletionRequest) -> CompletionResult:
+        provider = self.settings.name
+        try:
+            response = self.client.responses.create(**self.request_body(request))
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, provider=provider) from exc
+        if not isinstance(response, openai.types.responses.Response):
+            raise non_json_error(provider=provider, body=response)
+        if response.status == "failed":
+            error = response.error
+            message = f"{provider}: response failed: {error.message if error else 'no detail'}"
+            is_server = bool(error and error.code == "server_error")
+            raise error_for_status(status_code=500 if is_server else 400, message=message, provider=provider)
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for item in response.output:
+            if item.type == "message":
+                texts.extend(part.text for part in item.content if part.type == "output_text")
+            elif item.type == "function_call":
+                calls.append(ToolCall(name=item.name, arguments=parse_arguments(item.arguments), id=item.call_id))
+        finish = response.status or ""
+        if response.status == "incomplete" and response.incomplete_details:
+            finish = f"incomplete:{response.incomplete_details.reason}"
+        if not texts and not calls and response.status not in ("completed", "incomplete"):
+            raise PermanentError(f"{provider}: response ended with status {response.status!r}", provider=provider)
+        usage = response.usage
+        return CompletionResult(
+            text="".join(texts),
+            tool_calls=tuple(calls),
+            usage=Usage(
+                input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0
+            ),
+            raw_finish_reason=finish,
+        )
