@@ -1,1 +1,281 @@
-"""ModelAdmins for providers, models, profiles, bots, threads and messages."""
+"""ModelAdmins for providers, models, profiles, bots, threads and messages.
+
+Secrets (Provider.api_key, Bot.feishu_app_secret / encrypt_key / verification_token) are write-only: the form
+field renders empty, a blank submission keeps the stored value, "clear" empties it, and lists show only
+"set" / "not set". Masks are derived (V4) and runtime modes are immutable, so neither is editable here.
+"""
+
+from django import forms
+from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
+
+from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
+from agents.services.threads import thread_create
+
+SECRET_HELP_TEXT = "Write-only: never shown. Leave blank to keep the current value."
+
+
+def secret_state(value: str) -> str:
+    return "set" if value else "not set"
+
+
+class SecretField(forms.CharField):
+    """A password input that never renders a value; blank means "keep the stored one"."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("widget", forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}))
+        kwargs.setdefault("help_text", SECRET_HELP_TEXT)
+        super().__init__(**kwargs)
+
+
+class ClearSecretField(forms.BooleanField):
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("help_text", "Tick to remove the stored value.")
+        super().__init__(**kwargs)
+
+
+class SecretFieldsForm(forms.ModelForm):
+    """A ModelForm whose `secret_fields` are SecretFields, each with a `<name>_clear` ClearSecretField."""
+
+    secret_fields: tuple[str, ...] = ()
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for name in self.secret_fields:
+            if name in self.fields:
+                is_set = bool(self.instance.pk and getattr(self.instance, name))
+                self.fields[name].help_text = f"{SECRET_HELP_TEXT} Currently {secret_state(is_set)}."
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        for name in self.secret_fields:
+            if cleaned.get(f"{name}_clear"):
+                cleaned[name] = ""
+            elif not cleaned.get(name):
+                # Blank means "unchanged": keep what is stored (the form never had it to send back).
+                cleaned[name] = getattr(self.instance, name) if self.instance.pk else ""
+        return cleaned
+
+
+class ProviderForm(SecretFieldsForm):
+    secret_fields = ("api_key",)
+    base_url = forms.URLField(required=False, assume_scheme="https", help_text="Empty: the SDK's default endpoint.")
+    api_key = SecretField(label="API key")
+    api_key_clear = ClearSecretField(label="Clear API key")
+
+    class Meta:
+        model = Provider
+        fields = "__all__"
+
+
+class BotForm(SecretFieldsForm):
+    secret_fields = ("feishu_app_secret", "feishu_encrypt_key", "feishu_verification_token")
+    feishu_app_secret = SecretField(label="Feishu app secret")
+    feishu_app_secret_clear = ClearSecretField(label="Clear Feishu app secret")
+    feishu_encrypt_key = SecretField(label="Feishu encrypt key")
+    feishu_encrypt_key_clear = ClearSecretField(label="Clear Feishu encrypt key")
+    feishu_verification_token = SecretField(label="Feishu verification token")
+    feishu_verification_token_clear = ClearSecretField(label="Clear Feishu verification token")
+
+    class Meta:
+        model = Bot
+        fields = "__all__"
+
+
+class LLMModelInline(admin.TabularInline):
+    model = LLMModel
+    extra = 0
+    fields = ["name", "display_name", "context_window", "max_output_tokens", "supports_tool_calls", "is_enabled"]
+    show_change_link = True
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
+    list_display = ["name", "kind", "base_url", "api_key_state", "timeout_seconds", "max_retries", "is_enabled"]
+    list_filter = ["kind", "is_enabled"]
+    search_fields = ["name", "base_url"]
+    fields = [
+        "name",
+        "kind",
+        "base_url",
+        "api_key",
+        "api_key_clear",
+        "timeout_seconds",
+        "max_retries",
+        "is_enabled",
+    ]
+    inlines = [LLMModelInline]
+
+    @admin.display(description="API key")
+    def api_key_state(self, provider: Provider) -> str:
+        return secret_state(provider.api_key)
+
+
+@admin.register(LLMModel)
+class LLMModelAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "display_name",
+        "provider",
+        "context_window",
+        "max_output_tokens",
+        "supports_tool_calls",
+        "supports_vision",
+        "is_enabled",
+    ]
+    list_filter = ["provider__kind", "provider", "supports_tool_calls", "supports_vision", "is_enabled"]
+    search_fields = ["name", "display_name", "provider__name"]
+    list_select_related = ["provider"]
+    autocomplete_fields = ["provider"]
+
+
+@admin.register(UserProfile)
+class UserProfileAdmin(admin.ModelAdmin):
+    list_display = ["user", "title_model"]
+    search_fields = ["user__username", "user__email", "title_model__name"]
+    list_filter = ["title_model__provider"]
+    list_select_related = ["user", "title_model", "title_model__provider"]
+    autocomplete_fields = ["user", "title_model"]
+
+
+@admin.register(Bot)
+class BotAdmin(admin.ModelAdmin):
+    form = BotForm
+    list_display = [
+        "slug",
+        "name",
+        "owner",
+        "primary_model",
+        "group_reply_mode",
+        "discuss_probe_mode",
+        "feishu_app_id",
+        "feishu_app_secret_state",
+        "feishu_encrypt_key_state",
+        "feishu_verification_token_state",
+        "is_enabled",
+    ]
+    list_filter = ["is_enabled", "group_reply_mode", "discuss_probe_mode", "primary_model__provider"]
+    search_fields = ["slug", "name", "owner__username", "feishu_app_id"]
+    list_select_related = ["owner", "primary_model", "primary_model__provider"]
+    autocomplete_fields = ["owner", "primary_model", "discuss_probe_model"]
+    prepopulated_fields = {"slug": ["name"]}
+    fieldsets = [
+        (None, {"fields": ["slug", "name", "owner", "primary_model", "system_prompt", "is_enabled"]}),
+        (
+            "Group behaviour",
+            {
+                "fields": [
+                    "group_reply_mode",
+                    "discuss_probe_mode",
+                    "discuss_probe_model",
+                    "probe_debounce_initial_ms",
+                    "probe_debounce_max_ms",
+                ]
+            },
+        ),
+        (
+            "Feishu app",
+            {
+                "fields": [
+                    "feishu_app_id",
+                    "feishu_bot_open_id",
+                    "feishu_app_secret",
+                    "feishu_app_secret_clear",
+                    "feishu_encrypt_key",
+                    "feishu_encrypt_key_clear",
+                    "feishu_verification_token",
+                    "feishu_verification_token_clear",
+                ]
+            },
+        ),
+    ]
+
+    @admin.display(description="App secret")
+    def feishu_app_secret_state(self, bot: Bot) -> str:
+        return secret_state(bot.feishu_app_secret)
+
+    @admin.display(description="Encrypt key")
+    def feishu_encrypt_key_state(self, bot: Bot) -> str:
+        return secret_state(bot.feishu_encrypt_key)
+
+    @admin.display(description="Verification token")
+    def feishu_verification_token_state(self, bot: Bot) -> str:
+        return secret_state(bot.feishu_verification_token)
+
+
+@admin.register(Thread)
+class ThreadAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "title",
+        "bot",
+        "runtime_mode",
+        "channel",
+        "external_key",
+        "created_at",
+        "retired_at",
+    ]
+    list_filter = ["runtime_mode", "channel", "bot", ("retired_at", admin.EmptyFieldListFilter)]
+    search_fields = ["title", "external_key", "bot__slug", "bot__name"]
+    list_select_related = ["bot"]
+    autocomplete_fields = ["bot"]
+    date_hierarchy = "created_at"
+    readonly_fields = ["created_at", "messages_link"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # V4: a thread's runtime mode never changes, and it belongs to its bot for good.
+        if obj is not None:
+            return [*self.readonly_fields, "bot", "runtime_mode"]
+        return self.readonly_fields
+
+    @admin.display(description="Messages")
+    def messages_link(self, thread: Thread) -> str:
+        if not thread.pk:
+            return "-"
+        url = reverse("admin:agents_message_changelist") + f"?thread__id__exact={thread.pk}"
+        return format_html('<a href="{}">messages of this thread</a>', url)
+
+    def save_model(self, request, obj: Thread, form, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        created = thread_create(
+            bot=obj.bot,
+            runtime_mode=obj.runtime_mode,
+            channel=obj.channel,
+            title=obj.title,
+            external_key=obj.external_key,
+        )
+        obj.pk, obj.created_at = created.pk, created.created_at
+        obj._state.adding, obj._state.db = False, created._state.db
+
+
+@admin.register(Message)
+class MessageAdmin(admin.ModelAdmin):
+    """Messages are written by conversations (agents.services.threads.message_create), never by hand."""
+
+    list_display = ["id", "thread", "thread_runtime_mode", "kind", "visibility_mask", "author", "excerpt", "created_at"]
+    list_filter = ["kind", "visibility_mask", "thread__runtime_mode", "thread__bot"]
+    search_fields = ["content", "author", "external_message_id"]
+    search_help_text = "Content, author or external message id. Filter by thread with ?thread__id__exact=N."
+    list_select_related = ["thread", "thread__bot"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="Runtime mode", ordering="thread__runtime_mode")
+    def thread_runtime_mode(self, message: Message) -> str:
+        return message.thread.runtime_mode
+
+    @admin.display(description="Content")
+    def excerpt(self, message: Message) -> str:
+        return message.content if len(message.content) <= 80 else message.content[:79] + "…"

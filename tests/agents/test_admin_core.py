@@ -1,0 +1,238 @@
+"""The agents admin: every changelist and form renders, secrets are write-only, masks and modes are not editable."""
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from agents.models import Bot, Provider, Thread
+from agents.services.threads import message_create
+from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+PROVIDER_SECRET = "sk-live-provider-secret-0001"
+APP_SECRET = "feishu-app-secret-0002"
+ENCRYPT_KEY = "feishu-encrypt-key-0003"
+VERIFICATION_TOKEN = "feishu-verification-token-0004"
+ALL_SECRETS = (PROVIDER_SECRET, APP_SECRET, ENCRYPT_KEY, VERIFICATION_TOKEN)
+
+
+@pytest.fixture
+def admin_client() -> Client:
+    client = Client()
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    return client
+
+
+@pytest.fixture
+def bot_with_secrets() -> Bot:
+    provider = ProviderFactory(name="openai", kind=Provider.Kind.OPENAI_CHAT, api_key=PROVIDER_SECRET)
+    return BotFactory(
+        slug="planner",
+        primary_model=LLMModelFactory(provider=provider, name="gpt-4o-mini"),
+        feishu_app_id="cli_planner",
+        feishu_app_secret=APP_SECRET,
+        feishu_encrypt_key=ENCRYPT_KEY,
+        feishu_verification_token=VERIFICATION_TOKEN,
+    )
+
+
+def _bot_form_data(bot: Bot, **changes) -> dict:
+    data = {
+        "slug": bot.slug,
+        "name": bot.name,
+        "owner": bot.owner_id,
+        "primary_model": bot.primary_model_id,
+        "system_prompt": bot.system_prompt,
+        "is_enabled": "on",
+        "group_reply_mode": bot.group_reply_mode,
+        "discuss_probe_mode": bot.discuss_probe_mode,
+        "discuss_probe_model": "",
+        "probe_debounce_initial_ms": "",
+        "probe_debounce_max_ms": "",
+        "feishu_app_id": bot.feishu_app_id,
+        "feishu_bot_open_id": bot.feishu_bot_open_id,
+        "feishu_app_secret": "",
+        "feishu_encrypt_key": "",
+        "feishu_verification_token": "",
+    }
+    data.update(changes)
+    return data
+
+
+@pytest.mark.parametrize("model_name", ["provider", "llmmodel", "userprofile", "bot", "thread", "message"])
+def test_every_changelist_add_and_change_page_renders_without_a_secret(admin_client, bot_with_secrets, model_name):
+    # given one row of every model, secrets set
+    thread = ThreadFactory(bot=bot_with_secrets)
+    message = message_create(thread=thread, kind="user_message", content="hello")
+    from agents.models import UserProfile
+
+    profile = UserProfile.objects.create(user=bot_with_secrets.owner, title_model=bot_with_secrets.primary_model)
+    rows = {
+        "provider": bot_with_secrets.primary_model.provider,
+        "llmmodel": bot_with_secrets.primary_model,
+        "userprofile": profile,
+        "bot": bot_with_secrets,
+        "thread": thread,
+        "message": message,
+    }
+
+    # when
+    changelist = admin_client.get(f"/admin/agents/{model_name}/")
+    searched = admin_client.get(f"/admin/agents/{model_name}/?q=planner")
+    change = admin_client.get(f"/admin/agents/{model_name}/{rows[model_name].pk}/change/")
+    add = admin_client.get(f"/admin/agents/{model_name}/add/")
+
+    # then: pages render (messages are view-only: no add page) and no secret ever reaches the HTML
+    assert (changelist.status_code, searched.status_code, change.status_code) == (200, 200, 200)
+    assert add.status_code == (403 if model_name == "message" else 200)
+    for response in (changelist, searched, change, add):
+        for secret in ALL_SECRETS:
+            assert secret not in response.content.decode()
+
+
+def test_lists_show_only_set_or_not_set(admin_client, bot_with_secrets):
+    # given a second bot without secrets
+    BotFactory(slug="coder", primary_model=bot_with_secrets.primary_model)
+
+    # when
+    bots = admin_client.get("/admin/agents/bot/").content.decode()
+    providers = admin_client.get("/admin/agents/provider/").content.decode()
+
+    # then
+    assert bots.count(">set<") == 3
+    assert bots.count(">not set<") == 3
+    assert providers.count(">set<") == 1
+
+
+def test_blank_secret_keeps_the_stored_value(admin_client, bot_with_secrets):
+    # when the form is saved with every secret left blank and another field changed
+    response = admin_client.post(
+        f"/admin/agents/bot/{bot_with_secrets.pk}/change/", _bot_form_data(bot_with_secrets, name="Planner 2")
+    )
+
+    # then
+    assert response.status_code == 302
+    bot = Bot.objects.get(pk=bot_with_secrets.pk)
+    assert bot.name == "Planner 2"
+    assert (bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token) == (
+        APP_SECRET,
+        ENCRYPT_KEY,
+        VERIFICATION_TOKEN,
+    )
+
+
+def test_a_new_secret_replaces_and_clear_empties(admin_client, bot_with_secrets):
+    # when
+    response = admin_client.post(
+        f"/admin/agents/bot/{bot_with_secrets.pk}/change/",
+        _bot_form_data(bot_with_secrets, feishu_app_secret="rotated-secret", feishu_encrypt_key_clear="on"),
+    )
+
+    # then
+    assert response.status_code == 302
+    bot = Bot.objects.get(pk=bot_with_secrets.pk)
+    assert (bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token) == (
+        "rotated-secret",
+        "",
+        VERIFICATION_TOKEN,
+    )
+
+
+def test_provider_api_key_is_write_only_and_encrypted_at_rest(admin_client):
+    # when a provider is added with a key
+    response = admin_client.post(
+        "/admin/agents/provider/add/",
+        {
+            "name": "anthropic",
+            "kind": "anthropic",
+            "base_url": "",
+            "api_key": PROVIDER_SECRET,
+            "timeout_seconds": "30",
+            "max_retries": "2",
+            "is_enabled": "on",
+            "models-TOTAL_FORMS": "0",
+            "models-INITIAL_FORMS": "0",
+        },
+    )
+
+    # then: stored encrypted, readable by the app, never rendered back
+    assert response.status_code == 302
+    provider = Provider.objects.get(name="anthropic")
+    assert provider.api_key == PROVIDER_SECRET
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT api_key FROM agents_provider WHERE id = %s", [provider.pk])
+        assert PROVIDER_SECRET not in cursor.fetchone()[0]
+    page = admin_client.get(f"/admin/agents/provider/{provider.pk}/change/").content.decode()
+    assert PROVIDER_SECRET not in page
+    assert "Currently set." in page
+
+
+def test_v4_thread_runtime_mode_is_read_only_once_created(admin_client):
+    # given
+    thread = ThreadFactory(runtime_mode="chat", title="t")
+
+    # when the change form is posted with another runtime mode
+    admin_client.post(
+        f"/admin/agents/thread/{thread.pk}/change/",
+        {"runtime_mode": "automation", "channel": "rest", "title": "renamed", "external_key": ""},
+    )
+
+    # then the title changed, the mode did not
+    thread.refresh_from_db()
+    assert (thread.title, thread.runtime_mode) == ("renamed", "chat")
+
+
+def test_thread_added_in_the_admin_goes_through_the_service(admin_client):
+    bot = BotFactory()
+
+    response = admin_client.post(
+        "/admin/agents/thread/add/",
+        {"bot": bot.pk, "runtime_mode": "automation", "channel": "automation", "title": "nightly", "external_key": ""},
+    )
+
+    assert response.status_code == 302
+    assert list(Thread.objects.values_list("bot_id", "runtime_mode", "title")) == [(bot.pk, "automation", "nightly")]
+
+
+def test_messages_of_one_thread_can_be_listed_and_cannot_be_edited(admin_client):
+    # given two threads
+    thread = ThreadFactory()
+    mine = message_create(thread=thread, kind="agent_reply", content="mine")
+    message_create(thread=ThreadFactory(bot=thread.bot), kind="agent_reply", content="other")
+
+    # when
+    listed = admin_client.get(f"/admin/agents/message/?thread__id__exact={thread.pk}")
+    post = admin_client.post(f"/admin/agents/message/{mine.pk}/change/", {"content": "edited", "visibility_mask": 2})
+
+    # then
+    assert listed.status_code == 200
+    assert list(listed.context["cl"].result_list) == [mine]
+    assert post.status_code == 403
+    mine.refresh_from_db()
+    assert (mine.content, mine.visibility_mask) == ("mine", 3)
+
+
+@pytest.mark.parametrize("model_name", ["llmmodel", "userprofile", "bot", "thread", "message"])
+def test_changelists_do_not_run_a_query_per_row(admin_client, model_name):
+    # given one row, then many more rows
+    def make_rows(count: int) -> None:
+        from agents.models import UserProfile
+
+        for _ in range(count):
+            bot = BotFactory()
+            UserProfile.objects.create(user=bot.owner, title_model=bot.primary_model)
+            message_create(thread=ThreadFactory(bot=bot), kind="user_message", content="x")
+
+    make_rows(1)
+    with CaptureQueriesContext(connection) as one_row:
+        assert admin_client.get(f"/admin/agents/{model_name}/").status_code == 200
+    make_rows(5)
+
+    # when
+    with CaptureQueriesContext(connection) as six_rows:
+        assert admin_client.get(f"/admin/agents/{model_name}/").status_code == 200
+
+    # then: list_select_related keeps the count flat (filters listing bots/providers add nothing per row)
+    assert len(six_rows) == len(one_row)
