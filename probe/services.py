@@ -6,7 +6,7 @@
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,6 +16,7 @@ from agents.llm.base import ChatMessage, CompletionResult, LLMClient, LLMError
 from agents.models import Bot, LLMModel, Thread, Turn
 from probe.models import ProbeJudgement
 from probe.rules import (
+    PROBE_TIMEOUT_SECONDS,
     QUIET_CAUSES,
     Cause,
     Outcome,
@@ -52,10 +53,14 @@ class GateResult:
 
 
 def _judge_client(model: LLMModel) -> LLMClient:
+    """The provider's client with the judge's own timeout (45 s at most): a judge is never worth a long wait."""
     # Imported here: the registry imports every SDK adapter, which the rest of the gate never needs.
-    from agents.llm.registry import llm_client_for
+    from agents.llm.registry import client_for_settings, provider_settings
 
-    return llm_client_for(model=model)
+    settings = provider_settings(provider=model.provider)
+    if settings.timeout_seconds > PROBE_TIMEOUT_SECONDS:
+        settings = replace(settings, timeout_seconds=PROBE_TIMEOUT_SECONDS)
+    return client_for_settings(settings)
 
 
 def log_level_for(*, cause: str, gate_ran: bool, outcome: str, has_error: bool) -> int:
