@@ -86,6 +86,9 @@ class ThreadContextItem(models.Model):
     chat_id = models.CharField(max_length=64)
     root_msg_id = models.CharField(max_length=64)
     bridge_id = models.CharField(max_length=64)
+    # The Feishu message the item came from (copied from the event, like the three fields above): the selector
+    # de-duplicates by it and drops the current request's own message without joining the event table.
+    message_id = models.CharField(max_length=64, blank=True, default="")
     item_type = models.CharField(max_length=16, choices=ItemType.choices)
     role = models.CharField(max_length=16, blank=True)
     author_label = models.CharField(max_length=200, blank=True)

@@ -1,0 +1,265 @@
+"""The deterministic context selector (seed 002 "选择规则", ARCHITECTURE C5): pure functions, no ORM, no LLM.
+
+`select_context` takes candidate items (any order), the current bot's identity, the workspace mode and the two
+limits, and returns a `ContextPackage`: the selected items oldest to newest with their source labels, every
+candidate it did not select with one reason from `EXCLUSION_REASONS`, and diagnostics.
+
+Trimming is stable: the selection is always a contiguous newest suffix of the eligible items, in write order,
+that fits both the item limit and the character budget; an item older than one that did not fit is never
+selected, even when it alone would fit (otherwise adding one new message could resurrect an old one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+MODE_SHARED = "shared"
+MODE_OWNER_ONLY = "owner_only"
+
+ITEM_TOPIC_ROOT = "topic_root"
+ITEM_HUMAN_MESSAGE = "human_message"
+ITEM_AGENT_OUTPUT = "agent_output"
+
+# Why a candidate was not selected. The explain CLI, API and admin page show these verbatim.
+EXCLUDED_OWN_OUTPUT = "own_output"  # an agent_output of the current bot (bridge_id): no self-feedback
+EXCLUDED_ITEM_LIMIT = "item_limit"  # older than the newest `item_limit` eligible items
+EXCLUDED_CHAR_BUDGET = "char_budget"  # did not fit (or is older than one that did not fit) the char budget
+EXCLUDED_NOT_IN_MODE = "not_in_mode"  # the workspace mode (or a disabled thread context) does not inject it
+EXCLUDED_SLASH_COMMAND = "slash_command"  # the request is a slash command: it carries no context
+# Two more, both rare: the current request's own message (e.g. a topic root that is itself the @ request), and
+# a second item for a Feishu message already selected under another type (a bot-sent topic root that is also
+# that bot's recorded agent_output).
+EXCLUDED_CURRENT_REQUEST = "current_request"
+EXCLUDED_DUPLICATE = "duplicate"
+
+EXCLUSION_REASONS = (
+    EXCLUDED_OWN_OUTPUT,
+    EXCLUDED_ITEM_LIMIT,
+    EXCLUDED_CHAR_BUDGET,
+    EXCLUDED_NOT_IN_MODE,
+    EXCLUDED_SLASH_COMMAND,
+    EXCLUDED_CURRENT_REQUEST,
+    EXCLUDED_DUPLICATE,
+)
+
+PREVIEW_CHARS = 80
+
+
+@dataclass(frozen=True)
+class CandidateItem:
+    """One stored context item as the selector sees it (a plain copy of a ThreadContextItem row)."""
+
+    id: int
+    item_type: str
+    bridge_id: str
+    message_id: str
+    author_label: str
+    text: str
+    truncated: bool = False
+
+    @property
+    def source(self) -> str:
+        """The label the prompt shows in front of the text (seed: `ou_xxx:` or `planner/planner-h5:`)."""
+        return self.author_label or self.bridge_id
+
+    @property
+    def line(self) -> str:
+        return f"{self.source}: {self.text}"
+
+    @property
+    def chars(self) -> int:
+        # The line plus its newline: what the item costs in the rendered [Feishu thread context].
+        return len(self.line) + 1
+
+
+@dataclass(frozen=True)
+class SelectedItem:
+    id: int
+    item_type: str
+    source: str
+    text: str
+    chars: int
+    truncated: bool
+
+    @property
+    def line(self) -> str:
+        return f"{self.source}: {self.text}"
+
+    @property
+    def preview(self) -> str:
+        return text_preview(self.text)
+
+
+@dataclass(frozen=True)
+class ExcludedItem:
+    id: int
+    item_type: str
+    source: str
+    reason: str
+    chars: int
+    preview: str
+
+
+@dataclass(frozen=True)
+class SelectionRequest:
+    bridge_id: str
+    bot_profile: str
+    mode: str = MODE_SHARED
+    item_limit: int = 20
+    max_chars: int = 24000
+    is_slash_command: bool = False
+    message_id: str = ""
+    # False when the workspace's effective shared_thread_enabled is off: nothing is injected (not_in_mode).
+    thread_context_enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ContextPackage:
+    """What the selector chose for one request, and why; the renderer and the decision record consume it."""
+
+    chat_id: str
+    root_msg_id: str
+    message_id: str
+    bridge_id: str
+    bot_profile: str
+    mode: str
+    request_text: str
+    is_slash_command: bool
+    selected: tuple[SelectedItem, ...] = ()
+    excluded: tuple[ExcludedItem, ...] = ()
+    diagnostics: dict = field(default_factory=dict)
+    target_id: str = ""
+
+    @property
+    def thread_context(self) -> str:
+        """The `[Feishu thread context]` body: one labelled line per selected item, oldest first."""
+        return "\n".join(item.line for item in self.selected)
+
+    @property
+    def holds_topic_root(self) -> bool:
+        return any(item.item_type == ITEM_TOPIC_ROOT for item in self.selected)
+
+
+def text_preview(text: str, limit: int = PREVIEW_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _excluded(item: CandidateItem, reason: str) -> ExcludedItem:
+    return ExcludedItem(
+        id=item.id,
+        item_type=item.item_type,
+        source=item.source,
+        reason=reason,
+        chars=item.chars,
+        preview=text_preview(item.text),
+    )
+
+
+def _rule_exclusion(item: CandidateItem, request: SelectionRequest) -> str | None:
+    """The reason a candidate is not eligible at all, before any trimming; None when it is eligible."""
+    if request.is_slash_command:
+        return EXCLUDED_SLASH_COMMAND
+    if not request.thread_context_enabled:
+        return EXCLUDED_NOT_IN_MODE
+    if item.item_type == ITEM_AGENT_OUTPUT:
+        return EXCLUDED_OWN_OUTPUT if item.bridge_id == request.bridge_id else None
+    if item.item_type not in (ITEM_TOPIC_ROOT, ITEM_HUMAN_MESSAGE):
+        return EXCLUDED_NOT_IN_MODE
+    # topic_root and human_message: only what this bot's own bridge collected under its own mode (other bots'
+    # bridges record the same Feishu messages under their bridge_id; those copies are not this bot's context).
+    if item.bridge_id != request.bridge_id:
+        return EXCLUDED_NOT_IN_MODE
+    if item.item_type == ITEM_HUMAN_MESSAGE and request.mode != MODE_SHARED:
+        return EXCLUDED_NOT_IN_MODE
+    if request.message_id and item.message_id == request.message_id:
+        return EXCLUDED_CURRENT_REQUEST
+    return None
+
+
+def select_context(
+    *,
+    candidates: Iterable[CandidateItem],
+    request: SelectionRequest,
+    chat_id: str = "",
+    root_msg_id: str = "",
+    request_text: str = "",
+    target_id: str = "",
+) -> ContextPackage:
+    """Choose the context for one request. Deterministic: same candidates and request, same package."""
+    ordered = sorted(candidates, key=lambda item: item.id)
+    excluded: dict[int, ExcludedItem] = {}
+    eligible: list[CandidateItem] = []
+    seen_messages: set[str] = set()
+    # Walk newest first so that, among copies of one Feishu message, the newest-written copy wins.
+    for item in reversed(ordered):
+        reason = _rule_exclusion(item, request)
+        if reason is None and item.message_id and item.message_id in seen_messages:
+            reason = EXCLUDED_DUPLICATE
+        if reason is not None:
+            excluded[item.id] = _excluded(item, reason)
+            continue
+        if item.message_id:
+            seen_messages.add(item.message_id)
+        eligible.append(item)  # newest first
+
+    selected_newest_first: list[CandidateItem] = []
+    used_chars = 0
+    trim_reason: str | None = None
+    for item in eligible:
+        if trim_reason is None:
+            if len(selected_newest_first) >= request.item_limit:
+                trim_reason = EXCLUDED_ITEM_LIMIT
+            elif used_chars + item.chars > request.max_chars:
+                trim_reason = EXCLUDED_CHAR_BUDGET
+        if trim_reason is not None:
+            excluded[item.id] = _excluded(item, trim_reason)
+            continue
+        selected_newest_first.append(item)
+        used_chars += item.chars
+
+    selected = tuple(
+        SelectedItem(
+            id=item.id,
+            item_type=item.item_type,
+            source=item.source,
+            text=item.text,
+            chars=item.chars,
+            truncated=item.truncated,
+        )
+        for item in reversed(selected_newest_first)
+    )
+    excluded_items = tuple(excluded[item_id] for item_id in sorted(excluded))
+    reason_counts: dict[str, int] = {}
+    for item in excluded_items:
+        reason_counts[item.reason] = reason_counts.get(item.reason, 0) + 1
+    diagnostics = {
+        "candidates": len(ordered),
+        "eligible": len(eligible),
+        "selected": len(selected),
+        "excluded": len(excluded_items),
+        "excluded_by_reason": reason_counts,
+        "context_chars": len("\n".join(item.line for item in selected)),
+        "item_limit": request.item_limit,
+        "max_chars": request.max_chars,
+        "trimmed_by_item_limit": reason_counts.get(EXCLUDED_ITEM_LIMIT, 0),
+        "trimmed_by_char_budget": reason_counts.get(EXCLUDED_CHAR_BUDGET, 0),
+        "truncated_item_ids": [item.id for item in selected if item.truncated],
+        "thread_context_enabled": request.thread_context_enabled,
+        "is_slash_command": request.is_slash_command,
+    }
+    return ContextPackage(
+        chat_id=chat_id,
+        root_msg_id=root_msg_id,
+        message_id=request.message_id,
+        bridge_id=request.bridge_id,
+        bot_profile=request.bot_profile,
+        mode=request.mode,
+        request_text=request_text,
+        is_slash_command=request.is_slash_command,
+        selected=selected,
+        excluded=excluded_items,
+        diagnostics=diagnostics,
+        target_id=target_id,
+    )

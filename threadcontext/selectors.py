@@ -1,0 +1,274 @@
+"""Reads: workspace settings, the selector's one bounded query, the local topic root, decisions for explain."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from amuxweb.exceptions import NotFoundError
+from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
+from threadcontext.selection import (
+    MODE_OWNER_ONLY,
+    MODE_SHARED,
+    CandidateItem,
+    ContextPackage,
+    SelectionRequest,
+    select_context,
+)
+
+
+@dataclass(frozen=True)
+class WorkspaceSettings:
+    """A workspace's effective settings: its own overrides, else the hub-wide settings (ARCHITECTURE §7)."""
+
+    mode: str
+    owner_open_id: str
+    thread_context_limit: int
+    session_scope: str
+    topic_root_enabled: bool
+    shared_thread_enabled: bool
+
+    @property
+    def is_group_scope(self) -> bool:
+        return self.session_scope == Workspace.SessionScope.GROUP
+
+
+def workspace_get(*, bot_profile: str, chat_id: str) -> Workspace | None:
+    return Workspace.objects.filter(bot_profile=bot_profile, chat_id=chat_id).first()
+
+
+def workspace_settings_resolve(*, workspace: Workspace | None) -> WorkspaceSettings:
+    """Effective settings; a chat without a workspace gets the hub-wide defaults (and collects nothing)."""
+    hub_topic_root = settings.AMUX_FEISHU_TOPIC_ROOT_ENABLED
+    hub_shared_thread = settings.AMUX_FEISHU_SHARED_THREAD_ENABLED
+    if workspace is None:
+        return WorkspaceSettings(
+            mode=MODE_SHARED,
+            owner_open_id="",
+            thread_context_limit=settings.AMUX_THREAD_CONTEXT_LIMIT,
+            session_scope=Workspace.SessionScope.TOPIC,
+            topic_root_enabled=hub_topic_root,
+            shared_thread_enabled=hub_shared_thread,
+        )
+    return WorkspaceSettings(
+        mode=workspace.mode,
+        owner_open_id=workspace.owner_open_id,
+        thread_context_limit=workspace.thread_context_limit,
+        session_scope=workspace.session_scope,
+        topic_root_enabled=hub_topic_root if workspace.topic_root_enabled is None else workspace.topic_root_enabled,
+        shared_thread_enabled=(
+            hub_shared_thread if workspace.shared_thread_enabled is None else workspace.shared_thread_enabled
+        ),
+    )
+
+
+_CANDIDATE_COLUMNS = ("id", "item_type", "bridge_id", "message_id", "author_label", "text", "metadata")
+
+# How many eligible rows the query reads beyond the item limit, and why that is enough:
+# +1 tells "trimmed by the item limit" apart from "the thread simply had that many";
+# +1 covers the one duplicate a thread can hold. Human messages come only from users (the collector refuses
+# bot-sent discussion) and each bot records its own outputs once, so the only Feishu message that can be
+# eligible twice is a bot-sent topic root (this bridge's topic_root + that bot's agent_output).
+# Own outputs and out-of-mode items never match the eligible filter, so they cannot crowd eligible rows out.
+ELIGIBLE_SLACK = 2
+# Ruled-out rows (this bot's own outputs; human messages in owner_only) are read only to explain them, newest first
+# and bounded; older ones are simply not listed.
+RULED_OUT_LIMIT = 20
+
+
+def _candidate_filters(*, bridge_id: str, mode: str) -> tuple[Q, Q]:
+    """(eligible, ruled_out) filters over one thread's items."""
+    own_types = [ThreadContextItem.ItemType.TOPIC_ROOT]
+    ruled_out = Q(bridge_id=bridge_id, item_type=ThreadContextItem.ItemType.AGENT_OUTPUT)
+    if mode == MODE_SHARED:
+        own_types.append(ThreadContextItem.ItemType.HUMAN_MESSAGE)
+    else:
+        ruled_out |= Q(bridge_id=bridge_id, item_type=ThreadContextItem.ItemType.HUMAN_MESSAGE)
+    eligible = Q(bridge_id=bridge_id, item_type__in=own_types) | (
+        Q(item_type=ThreadContextItem.ItemType.AGENT_OUTPUT) & ~Q(bridge_id=bridge_id)
+    )
+    return eligible, ruled_out
+
+
+def _newest_sql(queryset: QuerySet, limit: int) -> tuple[str, tuple]:
+    sliced = queryset.order_by("-id").values_list(*_CANDIDATE_COLUMNS)[:limit]
+    sql, params = sliced.query.sql_with_params()
+    return sql, tuple(params)
+
+
+def context_candidates_load(
+    *, bridge_id: str, mode: str, chat_id: str, root_msg_id: str, item_limit: int
+) -> list[CandidateItem]:
+    """The selector's ONE query: two newest-first index range scans of one thread, each with a LIMIT, in a UNION ALL.
+
+    Its cost depends on the item limit, not on the thread's length (the (chat_id, root_msg_id, -id) index is read
+    backwards from the newest row and each branch stops at its LIMIT).
+    """
+    thread = ThreadContextItem.objects.filter(chat_id=chat_id, root_msg_id=root_msg_id)
+    eligible, ruled_out = _candidate_filters(bridge_id=bridge_id, mode=mode)
+    eligible_sql, eligible_params = _newest_sql(thread.filter(eligible), item_limit + ELIGIBLE_SLACK)
+    ruled_sql, ruled_params = _newest_sql(thread.filter(ruled_out), RULED_OUT_LIMIT)
+    sql = f"SELECT * FROM ({eligible_sql}) eligible UNION ALL SELECT * FROM ({ruled_sql}) ruled_out"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, eligible_params + ruled_params)
+        rows = cursor.fetchall()
+    candidates = []
+    for item_id, item_type, item_bridge, message_id, author_label, text, metadata in rows:
+        if isinstance(metadata, str):  # SQLite hands JSON back as text; PostgreSQL's driver decodes jsonb
+            metadata = json.loads(metadata or "{}")
+        candidates.append(
+            CandidateItem(
+                id=item_id,
+                item_type=item_type,
+                bridge_id=item_bridge,
+                message_id=message_id,
+                author_label=author_label,
+                text=text,
+                truncated=bool((metadata or {}).get("truncated")),
+            )
+        )
+    return candidates
+
+
+def context_package_build(
+    *,
+    workspace: Workspace | None,
+    bridge_id: str,
+    bot_profile: str,
+    chat_id: str,
+    root_msg_id: str,
+    message_id: str,
+    request_text: str,
+    is_slash_command: bool = False,
+    target_id: str = "",
+    max_chars: int | None = None,
+) -> ContextPackage:
+    """C5: load one thread's candidates (one query) and select this request's context deterministically.
+
+    A slash command still reads (constant query count; explain shows what it would have carried) and selects
+    nothing. A disabled shared thread context (workspace override, else AMUX_FEISHU_SHARED_THREAD_ENABLED) selects
+    nothing either, each candidate excluded as not_in_mode.
+    """
+    effective = workspace_settings_resolve(workspace=workspace)
+    mode = str(effective.mode) if effective.mode in (MODE_SHARED, MODE_OWNER_ONLY) else MODE_SHARED
+    request = SelectionRequest(
+        bridge_id=bridge_id,
+        bot_profile=bot_profile,
+        mode=mode,
+        item_limit=effective.thread_context_limit,
+        max_chars=settings.AMUX_MAX_CONTEXT_CHARS if max_chars is None else max_chars,
+        is_slash_command=is_slash_command,
+        message_id=message_id,
+        thread_context_enabled=effective.shared_thread_enabled and not effective.is_group_scope,
+    )
+    candidates = context_candidates_load(
+        bridge_id=bridge_id, mode=mode, chat_id=chat_id, root_msg_id=root_msg_id, item_limit=request.item_limit
+    )
+    return select_context(
+        candidates=candidates,
+        request=request,
+        chat_id=chat_id,
+        root_msg_id=root_msg_id,
+        request_text=request_text,
+        target_id=target_id,
+    )
+
+
+def topic_root_text_get(*, bridge_id: str, chat_id: str, root_msg_id: str) -> str | None:
+    """The locally recorded topic root's text for this bot, or None (the bridge then fetches it online)."""
+    return (
+        ThreadEvent.objects.filter(
+            bridge_id=bridge_id,
+            chat_id=chat_id,
+            message_id=root_msg_id,
+            event_type=ThreadEvent.EventType.TOPIC_ROOT,
+        )
+        .values_list("text", flat=True)
+        .first()
+    )
+
+
+def context_item_text_get(*, chat_id: str, message_id: str) -> str | None:
+    """C7: the local item for a message (a CardKit card without inline text is filled from it), newest copy."""
+    return (
+        ThreadContextItem.objects.filter(chat_id=chat_id, message_id=message_id)
+        .order_by("-id")
+        .values_list("text", flat=True)
+        .first()
+    )
+
+
+def decision_list(*, root_msg_id: str = "", bot_profile: str = "", chat_id: str = "") -> QuerySet:
+    decisions = ThreadContextDecision.objects.order_by("-id")
+    if root_msg_id:
+        decisions = decisions.filter(root_msg_id=root_msg_id)
+    if bot_profile:
+        decisions = decisions.filter(bot_profile=bot_profile)
+    if chat_id:
+        decisions = decisions.filter(chat_id=chat_id)
+    return decisions
+
+
+def decision_get(*, decision_id: int) -> ThreadContextDecision:
+    decision = ThreadContextDecision.objects.filter(pk=decision_id).first()
+    if decision is None:
+        raise NotFoundError(f"No context decision with id {decision_id}.", extra={"decision_id": decision_id})
+    return decision
+
+
+def decision_for_explain(
+    *,
+    root_msg_id: str,
+    bot_profile: str = "",
+    message_id: str = "",
+    decision_id: int | None = None,
+) -> ThreadContextDecision:
+    """C12: the decision explain shows: by id, else the latest for root (+ profile, + message).
+
+    Without a profile the root must have decisions of exactly one profile (this app cannot know the hub's default
+    bot); otherwise the error names the profiles to choose from.
+    """
+    if decision_id is not None:
+        decision = decision_get(decision_id=decision_id)
+        if decision.root_msg_id != root_msg_id:
+            raise NotFoundError(
+                f"Decision {decision_id} belongs to root {decision.root_msg_id}, not {root_msg_id}.",
+                extra={"decision_id": decision_id, "root_msg_id": root_msg_id},
+            )
+        if bot_profile and decision.bot_profile != bot_profile:
+            raise NotFoundError(
+                f"Decision {decision_id} belongs to profile {decision.bot_profile}, not {bot_profile}.",
+                extra={"decision_id": decision_id, "profile": bot_profile},
+            )
+        return decision
+    for_root = ThreadContextDecision.objects.filter(root_msg_id=root_msg_id)
+    profiles = sorted(set(for_root.values_list("bot_profile", flat=True).distinct()))
+    if not profiles:
+        raise NotFoundError(f"No context decision recorded for root {root_msg_id}.", extra={"root_msg_id": root_msg_id})
+    if not bot_profile:
+        if len(profiles) > 1:
+            raise NotFoundError(
+                f"Root {root_msg_id} has decisions of several profiles ({', '.join(profiles)}); pass --profile.",
+                extra={"root_msg_id": root_msg_id, "profiles": profiles},
+            )
+        bot_profile = profiles[0]
+    elif bot_profile not in profiles:
+        raise NotFoundError(
+            f"No context decision for root {root_msg_id} and profile {bot_profile} "
+            f"(profiles with decisions: {', '.join(profiles)}).",
+            extra={"root_msg_id": root_msg_id, "profile": bot_profile, "profiles": profiles},
+        )
+    decisions = for_root.filter(bot_profile=bot_profile)
+    if message_id:
+        decisions = decisions.filter(message_id=message_id)
+    decision = decisions.order_by("-id").first()
+    if decision is None:
+        raise NotFoundError(
+            f"No context decision for root {root_msg_id}, profile {bot_profile} and message {message_id}.",
+            extra={"root_msg_id": root_msg_id, "profile": bot_profile, "message_id": message_id},
+        )
+    return decision

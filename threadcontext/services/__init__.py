@@ -1,0 +1,62 @@
+"""Thread context writes. Callers (the Feishu bridge, the agent turn) import from here:
+
+from threadcontext.services import InboundMessage, Mention, thread_event_record_inbound, ...
+"""
+
+from threadcontext.services.collection import (
+    CHAT_TYPE_GROUP,
+    CHAT_TYPE_P2P,
+    COLLECTED_MESSAGE_TYPES,
+    SENDER_APP,
+    SENDER_BOT,
+    SENDER_USER,
+    InboundMessage,
+    Mention,
+    RecordOutcome,
+    agent_output_truncate,
+    normalise_mentions,
+    secrets_redact,
+    thread_event_record_agent_output,
+    thread_event_record_inbound,
+    thread_event_record_topic_root,
+)
+from threadcontext.services.decisions import context_decision_record
+from threadcontext.services.retention import (
+    PruneResult,
+    thread_context_prune,
+    thread_context_prune_if_due,
+)
+from threadcontext.services.sessions import (
+    SessionBindingResult,
+    session_binding_get_or_create,
+    session_binding_mark_topic_root_delivered,
+    session_binding_retire,
+    session_scope_key,
+)
+
+__all__ = [
+    "CHAT_TYPE_GROUP",
+    "CHAT_TYPE_P2P",
+    "COLLECTED_MESSAGE_TYPES",
+    "SENDER_APP",
+    "SENDER_BOT",
+    "SENDER_USER",
+    "InboundMessage",
+    "Mention",
+    "PruneResult",
+    "RecordOutcome",
+    "SessionBindingResult",
+    "agent_output_truncate",
+    "context_decision_record",
+    "normalise_mentions",
+    "secrets_redact",
+    "session_binding_get_or_create",
+    "session_binding_mark_topic_root_delivered",
+    "session_binding_retire",
+    "session_scope_key",
+    "thread_context_prune",
+    "thread_context_prune_if_due",
+    "thread_event_record_agent_output",
+    "thread_event_record_inbound",
+    "thread_event_record_topic_root",
+]

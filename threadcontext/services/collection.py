@@ -1,0 +1,394 @@
+"""The collector (seed 002 "采集规则", ARCHITECTURE C2-C4, C6): what the Feishu bridge and the turn record.
+
+The bridge fills an `InboundMessage` per Feishu message and calls `thread_event_record_inbound`; the turn calls
+`thread_event_record_agent_output` with each round's final aggregated output. Every write is idempotent on the
+(bridge_id, message_id, event_type) unique constraint through `get_or_create` (which retries the read after an
+IntegrityError), so a redelivered Feishu event or a re-run task never records twice.
+
+What is never collected (C3) is refused here by type and flag, not left to the caller's discipline: DMs, the bot's
+own echoed messages, non-message payloads (reactions, streaming chunks, tool activity, permission cards) and
+slash commands. No raw payload or header reaches this module (the dataclass has no field for one), and the
+caller's known secrets are redacted from any text before it is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+
+from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
+from threadcontext.services.retention import thread_context_prune_if_due
+
+logger = logging.getLogger(__name__)
+
+CHAT_TYPE_GROUP = "group"
+CHAT_TYPE_P2P = "p2p"
+
+SENDER_USER = "user"
+SENDER_APP = "app"
+SENDER_BOT = "bot"
+
+# Feishu message types whose text is collected; anything else the bridge passes (reaction, stream_chunk,
+# tool_activity, permission, interactive cards, files...) is refused.
+COLLECTED_MESSAGE_TYPES = frozenset({"text", "post"})
+
+# Why an inbound message recorded nothing (RecordOutcome.skipped_reason).
+SKIP_DIRECT_MESSAGE = "direct_message"
+SKIP_OWN_ECHO = "own_echo"
+SKIP_NOT_COLLECTED_TYPE = "not_collected_type"
+SKIP_NO_WORKSPACE = "no_workspace"
+SKIP_SLASH_COMMAND = "slash_command"
+SKIP_OWNER_ONLY_DISCUSSION = "owner_only_discussion"
+SKIP_NOT_OWNER = "not_owner"
+SKIP_NOT_HUMAN = "not_human"
+SKIP_EMPTY = "empty"
+
+REDACTED = "[redacted]"
+TRUNCATED_KEY = "truncated"
+
+_MENTION_KEY = re.compile(r"@_user_\d+|@_all")
+
+
+@dataclass(frozen=True)
+class Mention:
+    """One Feishu mention: `key` is the placeholder in the text (`@_user_1`), `is_this_bot` marks the receiving bot."""
+
+    key: str
+    open_id: str = ""
+    name: str = ""
+    is_this_bot: bool = False
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """A Feishu message as the bridge parsed and classified it; everything the collector needs, nothing more."""
+
+    chat_id: str
+    message_id: str
+    bridge_id: str
+    bot_profile: str
+    text: str
+    chat_type: str = CHAT_TYPE_GROUP
+    root_msg_id: str = ""  # empty: the message starts a topic (it is its own root)
+    thread_id: str = ""
+    parent_id: str = ""
+    sender_id: str = ""
+    sender_type: str = SENDER_USER
+    sender_name: str = ""
+    mentions: tuple[Mention, ...] = ()
+    message_type: str = "text"
+    is_this_bot_addressed: bool = False
+    is_slash_command: bool = False
+    is_own_echo: bool = False
+    source: str = "feishu"
+    # Feishu's create_time, kept for logs; rows are ordered by their id (write order), as the seed's store is.
+    created_at: datetime | None = None
+
+    @property
+    def effective_root_msg_id(self) -> str:
+        return self.root_msg_id or self.message_id
+
+    @property
+    def is_topic_root(self) -> bool:
+        return self.effective_root_msg_id == self.message_id
+
+
+@dataclass(frozen=True)
+class RecordOutcome:
+    """What `thread_event_record_inbound` did. `triggers_selector`: a user_request for this bot was recorded."""
+
+    recorded: tuple[str, ...] = ()  # event types this message now has (new or already there)
+    created: tuple[str, ...] = ()  # the subset written by this call
+    skipped_reason: str = ""
+    request_text: str = ""
+    triggers_selector: bool = False
+    events: tuple[ThreadEvent, ...] = field(default=(), repr=False)
+
+
+def normalise_mentions(text: str, mentions: Sequence[Mention]) -> str:
+    """C4: strip this bot's @, turn every other mention into `@Name`; no Feishu `@_user_N` key survives."""
+    by_key = {mention.key: mention for mention in mentions}
+
+    def replace(match: re.Match[str]) -> str:
+        mention = by_key.get(match.group(0))
+        if match.group(0) == "@_all":
+            return "@all"
+        if mention is None:
+            return "@user"
+        if mention.is_this_bot:
+            return ""
+        return f"@{mention.name or mention.open_id or 'user'}"
+
+    normalised = _MENTION_KEY.sub(replace, text)
+    # Removing this bot's @ leaves doubled or edge spaces; tidy them without touching line breaks.
+    normalised = re.sub(r"[ \t]{2,}", " ", normalised)
+    return "\n".join(line.strip() for line in normalised.split("\n")).strip()
+
+
+def secrets_redact(text: str, secrets: Sequence[str]) -> str:
+    """C3: no app_secret, token or encrypt_key ever reaches a stored item, even when someone pastes it."""
+    for secret in secrets:
+        if secret and len(secret) >= 6:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _token_estimate(text: str) -> int:
+    # No tokenizer (the seed budgets in characters); a rough 4-chars-per-token figure for the item row.
+    return (len(text) + 3) // 4
+
+
+def _event_record(
+    *,
+    bridge_id: str,
+    message_id: str,
+    event_type: str,
+    defaults: dict,
+    item: dict | None,
+) -> tuple[ThreadEvent, bool]:
+    """get_or_create on the unique (bridge_id, message_id, event_type); the item is written with a new event only."""
+    with transaction.atomic():
+        event, created = ThreadEvent.objects.get_or_create(
+            bridge_id=bridge_id, message_id=message_id, event_type=event_type, defaults=defaults
+        )
+        if created and item is not None:
+            ThreadContextItem.objects.create(
+                event=event,
+                chat_id=event.chat_id,
+                root_msg_id=event.root_msg_id,
+                bridge_id=event.bridge_id,
+                message_id=event.message_id,
+                token_estimate=_token_estimate(item["text"]),
+                **item,
+            )
+    return event, created
+
+
+def thread_event_record_inbound(
+    *, message: InboundMessage, workspace: Workspace | None, secrets: Sequence[str] = ()
+) -> RecordOutcome:
+    """C2: record topic_root / human_message / user_request for one inbound group message, per the workspace mode.
+
+    shared: a topic root's plain text -> topic_root (real actor_type); un-@ text -> human_message; @this bot ->
+    user_request (the caller then runs the selector). owner_only: topic_root recorded; un-@ text never; @this bot
+    -> user_request only from the workspace owner. A topic root that @s the bot is both topic_root and
+    user_request (the selector then excludes it as the current request).
+    """
+    if message.chat_type != CHAT_TYPE_GROUP:
+        return RecordOutcome(skipped_reason=SKIP_DIRECT_MESSAGE)
+    if message.is_own_echo:
+        return RecordOutcome(skipped_reason=SKIP_OWN_ECHO)
+    if message.message_type not in COLLECTED_MESSAGE_TYPES:
+        return RecordOutcome(skipped_reason=SKIP_NOT_COLLECTED_TYPE)
+    if workspace is None:
+        return RecordOutcome(skipped_reason=SKIP_NO_WORKSPACE)
+    if message.is_slash_command:
+        # The seed reserves the `command` event type but records no slash command; neither do we.
+        return RecordOutcome(skipped_reason=SKIP_SLASH_COMMAND)
+
+    text = secrets_redact(normalise_mentions(message.text, message.mentions), secrets)
+    root_msg_id = message.effective_root_msg_id
+    common = {
+        "source": message.source,
+        "chat_id": message.chat_id,
+        "root_msg_id": root_msg_id,
+        "thread_id": message.thread_id,
+        "actor_type": message.sender_type,
+        "actor_id": message.sender_id,
+        "bot_profile": message.bot_profile,
+        "text": text,
+        "metadata": {"sender_name": message.sender_name} if message.sender_name else {},
+    }
+    label = message.sender_name or message.sender_id
+
+    plan: list[tuple[str, str | None]] = []  # (event_type, item_type or None)
+    skipped_reason = ""
+    if message.is_topic_root and text:
+        plan.append((ThreadEvent.EventType.TOPIC_ROOT, ThreadContextItem.ItemType.TOPIC_ROOT))
+    is_owner_only = workspace.mode == Workspace.Mode.OWNER_ONLY
+    if message.is_this_bot_addressed:
+        if is_owner_only and (not workspace.owner_open_id or message.sender_id != workspace.owner_open_id):
+            skipped_reason = SKIP_NOT_OWNER
+        else:
+            plan.append((ThreadEvent.EventType.USER_REQUEST, None))
+    elif not message.is_topic_root:
+        if is_owner_only:
+            skipped_reason = SKIP_OWNER_ONLY_DISCUSSION
+        elif message.sender_type != SENDER_USER:
+            # Another bot's message: its own bridge records it as agent_output; a second copy would duplicate it.
+            skipped_reason = SKIP_NOT_HUMAN
+        elif not text:
+            skipped_reason = SKIP_EMPTY
+        else:
+            plan.append((ThreadEvent.EventType.HUMAN_MESSAGE, ThreadContextItem.ItemType.HUMAN_MESSAGE))
+
+    events: list[ThreadEvent] = []
+    created_types: list[str] = []
+    for event_type, item_type in plan:
+        item = None
+        if item_type is not None:
+            item = {"item_type": item_type, "role": message.sender_type, "author_label": label, "text": text}
+        event, created = _event_record(
+            bridge_id=message.bridge_id,
+            message_id=message.message_id,
+            event_type=event_type,
+            defaults=common,
+            item=item,
+        )
+        events.append(event)
+        if created:
+            created_types.append(str(event_type))
+    if created_types:
+        logger.info(
+            "thread context recorded",
+            extra={
+                "bridge_id": message.bridge_id,
+                "chat_id": message.chat_id,
+                "root_msg_id": root_msg_id,
+                "message_id": message.message_id,
+                "event_types": created_types,
+            },
+        )
+        thread_context_prune_if_due()
+    recorded = tuple(str(event.event_type) for event in events)
+    is_request = ThreadEvent.EventType.USER_REQUEST in recorded
+    return RecordOutcome(
+        recorded=recorded,
+        created=tuple(created_types),
+        skipped_reason="" if recorded else skipped_reason or SKIP_EMPTY,
+        request_text=text if is_request else "",
+        triggers_selector=is_request,
+        events=tuple(events),
+    )
+
+
+def thread_event_record_topic_root(
+    *,
+    bridge_id: str,
+    bot_profile: str,
+    chat_id: str,
+    root_msg_id: str,
+    text: str,
+    sender_id: str = "",
+    sender_type: str = SENDER_USER,
+    sender_name: str = "",
+    thread_id: str = "",
+    mentions: Sequence[Mention] = (),
+    secrets: Sequence[str] = (),
+) -> tuple[ThreadEvent | None, bool]:
+    """A topic root fetched online by root_msg_id (the fresh topic's root was not cached): record it as topic_root.
+
+    Any sender type is accepted (the seed keeps the real actor_type). Returns (event, created); (None, False) when
+    the text is empty after normalisation.
+    """
+    clean = secrets_redact(normalise_mentions(text, mentions), secrets)
+    if not clean:
+        return None, False
+    event, created = _event_record(
+        bridge_id=bridge_id,
+        message_id=root_msg_id,
+        event_type=ThreadEvent.EventType.TOPIC_ROOT,
+        defaults={
+            "chat_id": chat_id,
+            "root_msg_id": root_msg_id,
+            "thread_id": thread_id,
+            "actor_type": sender_type,
+            "actor_id": sender_id,
+            "bot_profile": bot_profile,
+            "text": clean,
+            "metadata": {"fetched_online": True, **({"sender_name": sender_name} if sender_name else {})},
+        },
+        item={
+            "item_type": ThreadContextItem.ItemType.TOPIC_ROOT,
+            "role": sender_type,
+            "author_label": sender_name or sender_id,
+            "text": clean,
+        },
+    )
+    if created:
+        thread_context_prune_if_due()
+    return event, created
+
+
+def agent_output_truncate(text: str, *, max_chars: int | None = None) -> tuple[str, bool]:
+    """C6: keep the first `max_chars` characters (the seed's open question; head kept, no marker added)."""
+    limit = settings.AMUX_MAX_AGENT_OUTPUT_CHARS if max_chars is None else max_chars
+    if len(text) <= limit:
+        return text, False
+    return text[:limit], True
+
+
+def thread_event_record_agent_output(
+    *,
+    bridge_id: str,
+    bot_profile: str,
+    chat_id: str,
+    root_msg_id: str,
+    message_id: str,
+    text: str,
+    session_name: str = "",
+    target_name: str = "",
+    target_id: str = "",
+    thread_id: str = "",
+    chat_type: str = CHAT_TYPE_GROUP,
+    secrets: Sequence[str] = (),
+) -> tuple[ThreadEvent | None, bool]:
+    """C2/C6: one round's final aggregated output, every round kept; truncated above AMUX_MAX_AGENT_OUTPUT_CHARS.
+
+    message_id: the Feishu id of the delivered reply (or the turn's stable id when it was not sent to Feishu).
+    Only final output comes here; the turn never passes streaming chunks or tool activity. DMs are refused.
+    Returns (event, created); (None, False) when nothing was recorded.
+    """
+    if chat_type != CHAT_TYPE_GROUP or not text.strip():
+        return None, False
+    clean = secrets_redact(text, secrets)
+    stored, truncated = agent_output_truncate(clean)
+    metadata: dict = {}
+    if truncated:
+        metadata = {TRUNCATED_KEY: True, "original_chars": len(clean)}
+    label = f"{bot_profile}/{session_name}" if session_name else bot_profile
+    event, created = _event_record(
+        bridge_id=bridge_id,
+        message_id=message_id,
+        event_type=ThreadEvent.EventType.AGENT_OUTPUT,
+        defaults={
+            "chat_id": chat_id,
+            "root_msg_id": root_msg_id or message_id,
+            "thread_id": thread_id,
+            "actor_type": SENDER_BOT,
+            "actor_id": bridge_id,
+            "bot_profile": bot_profile,
+            "target_id": target_id,
+            "target_name": target_name,
+            "session_name": session_name,
+            "text": stored,
+            "metadata": metadata,
+        },
+        item={
+            "item_type": ThreadContextItem.ItemType.AGENT_OUTPUT,
+            "role": "assistant",
+            "author_label": label,
+            "text": stored,
+            "metadata": metadata,
+        },
+    )
+    if created:
+        logger.info(
+            "agent output recorded",
+            extra={
+                "bridge_id": bridge_id,
+                "chat_id": chat_id,
+                "root_msg_id": root_msg_id,
+                "message_id": message_id,
+                "truncated": truncated,
+                "chars": len(stored),
+            },
+        )
+        thread_context_prune_if_due()
+    return event, created
