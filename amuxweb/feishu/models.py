@@ -9,6 +9,7 @@ class InboundEvent(models.Model):
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
+        PROCESSING = "processing", "Processing"
         DONE = "done", "Done"
         IGNORED = "ignored", "Ignored"
         FAILED = "failed", "Failed"
@@ -22,6 +23,8 @@ class InboundEvent(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
     received_at = models.DateTimeField(auto_now_add=True)
+    # When a worker claimed it (pending -> processing); a claim older than the sweeper's limit is stale.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     processed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -165,6 +165,11 @@ CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
 FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")
 # Events whose X-Lark-Request-Timestamp is older than this are refused (replay protection).
 FEISHU_MAX_EVENT_AGE_SECONDS = 5 * 60
+# Webhook bodies above this are refused (413) before lark-oapi sees them; real events are a few KiB.
+FEISHU_MAX_BODY_BYTES = env.int("FEISHU_MAX_BODY_BYTES", default=256 * 1024)
+# The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
+FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
+CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}
 
 # --- Logging: key=value lines for people in DEBUG, JSON lines otherwise -----------------------------------
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")

@@ -1,0 +1,141 @@
+"""Outbound delivery: rows first, then lark-oapi, with a uuid fixed per (turn, chunk) so a retry never posts twice (F3).
+
+A bot without Feishu credentials still gets its rows, marked `recorded` instead of sent (F5).
+"""
+
+import hashlib
+import logging
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agents.models import Bot, Turn
+from amuxweb.feishu import client as feishu_client
+from amuxweb.feishu.models import OutboundDelivery
+from amuxweb.feishu.parsing import text_chunks
+
+logger = logging.getLogger(__name__)
+
+# Characters per text message. Feishu caps a text request body at 150 KB; the content is JSON inside JSON,
+# so a CJK character can take ~7 bytes on the wire: 8000 characters stay far below the cap.
+TEXT_CHUNK_CHARS = 8000
+
+
+def delivery_uuid(*, bot: Bot, source_message_id: str, purpose: str, chunk_index: int) -> str:
+    """Stable for the same turn and chunk, whoever sends it and however often (<= 50 chars, Feishu's limit)."""
+    digest = hashlib.sha256(f"{bot.bridge_id}|{source_message_id}|{purpose}|{chunk_index}".encode()).hexdigest()
+    return "amux-" + digest[:40]
+
+
+def deliveries_prepare(
+    *,
+    bot: Bot,
+    turn: Turn | None,
+    chat_id: str,
+    reply_to_message_id: str,
+    reply_in_thread: bool,
+    text: str,
+    source_message_id: str,
+    purpose: str = "turn",
+) -> list[OutboundDelivery]:
+    """One row per chunk, created before anything is sent; a repeated call returns the same rows."""
+    rows = []
+    for index, chunk in enumerate(text_chunks(text or " ", limit=TEXT_CHUNK_CHARS)):
+        uuid = delivery_uuid(bot=bot, source_message_id=source_message_id, purpose=purpose, chunk_index=index)
+        try:
+            with transaction.atomic():
+                row, _ = OutboundDelivery.objects.get_or_create(
+                    uuid=uuid,
+                    defaults={
+                        "bot": bot,
+                        "turn": turn,
+                        "chunk_index": index,
+                        "chat_id": chat_id,
+                        "reply_to_message_id": reply_to_message_id,
+                        "reply_in_thread": reply_in_thread,
+                        "content": chunk,
+                    },
+                )
+        except IntegrityError:  # a concurrent writer created it between our read and insert
+            row = OutboundDelivery.objects.get(uuid=uuid)
+        rows.append(row)
+    return rows
+
+
+def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
+    """Send one row if it is not sent yet; raises FeishuApiError (row marked failed) when Feishu refuses."""
+    if delivery.status in (OutboundDelivery.Status.SENT, OutboundDelivery.Status.RECORDED):
+        return delivery
+    bot = delivery.bot
+    OutboundDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
+    if not bot.has_feishu_credentials:
+        delivery.status = OutboundDelivery.Status.RECORDED
+        delivery.sent_at = timezone.now()
+        delivery.save(update_fields=["status", "sent_at"])
+        logger.info(
+            "feishu delivery recorded (bot has no Feishu credentials)", extra={"bot": bot.slug, "uuid": delivery.uuid}
+        )
+        return delivery
+    try:
+        if delivery.reply_to_message_id:
+            sent = feishu_client.message_reply(
+                bot=bot,
+                message_id=delivery.reply_to_message_id,
+                text=delivery.content,
+                uuid=delivery.uuid,
+                reply_in_thread=delivery.reply_in_thread,
+            )
+        else:
+            sent = feishu_client.message_create(
+                bot=bot, chat_id=delivery.chat_id, text=delivery.content, uuid=delivery.uuid
+            )
+    except feishu_client.FeishuApiError as error:
+        delivery.status = OutboundDelivery.Status.FAILED
+        delivery.error = f"{error.code}: {error.message}"[:2000]
+        delivery.save(update_fields=["status", "error"])
+        raise
+    delivery.status = OutboundDelivery.Status.SENT
+    delivery.feishu_message_id = sent.message_id
+    delivery.sent_at = timezone.now()
+    delivery.error = ""
+    delivery.save(update_fields=["status", "feishu_message_id", "sent_at", "error"])
+    logger.info(
+        "feishu delivery sent",
+        extra={
+            "bot": bot.slug,
+            "uuid": delivery.uuid,
+            "feishu_message_id": sent.message_id,
+            "chunk": delivery.chunk_index,
+        },
+    )
+    return delivery
+
+
+def deliveries_send(*, deliveries: list[OutboundDelivery]) -> list[OutboundDelivery]:
+    return [delivery_send(delivery=delivery) for delivery in deliveries]
+
+
+def feishu_notice_send(
+    *, bot: Bot, chat_id: str, reply_to_message_id: str, reply_in_thread: bool, text: str, purpose: str
+) -> list[OutboundDelivery]:
+    """A short bridge notice (help, "start a new topic", quoted read failed): no turn, same uuid discipline."""
+    rows = deliveries_prepare(
+        bot=bot,
+        turn=None,
+        chat_id=chat_id,
+        reply_to_message_id=reply_to_message_id,
+        reply_in_thread=reply_in_thread,
+        text=text,
+        source_message_id=reply_to_message_id or chat_id,
+        purpose=purpose,
+    )
+    return deliveries_send(deliveries=rows)
+
+
+def message_is_bot_output(*, bot: Bot, feishu_message_id: str) -> bool:
+    """Whether a Feishu message is one of this bot's delivered outputs (replies to it route to the bot)."""
+    return (
+        bool(feishu_message_id)
+        and OutboundDelivery.objects.filter(bot=bot, feishu_message_id=feishu_message_id).exists()
+    )

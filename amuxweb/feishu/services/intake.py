@@ -1,0 +1,132 @@
+"""Webhook intake: store the event once (F2), enqueue its processing after commit, sweep what was left pending."""
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agents.models import Bot
+from amuxweb.feishu.models import InboundEvent
+
+logger = logging.getLogger(__name__)
+
+# Events a worker claimed this long ago and never finished (worker killed) go back to pending.
+STALE_CLAIM_SECONDS = 600
+# An event that failed this many processing attempts stays failed (the admin can reprocess it).
+MAX_PROCESSING_ATTEMPTS = 5
+
+
+def inbound_event_store(
+    *, bot: Bot, event_id: str, message_id: str, event_type: str, payload: dict[str, Any]
+) -> tuple[InboundEvent, bool]:
+    """Store one event, deduplicated on (bot, message_id) by the DB constraint; enqueue it after commit.
+
+    Feishu retries at 15 s / 5 min / 1 h / 6 h and replays under new event_ids: every copy after the
+    first finds the row and is acknowledged without a second processing (F2).
+    """
+    try:
+        with transaction.atomic():
+            event = InboundEvent.objects.create(
+                bot=bot, event_id=event_id, message_id=message_id, event_type=event_type, payload=payload
+            )
+            transaction.on_commit(lambda: inbound_event_enqueue(event_pk=event.pk))
+    except IntegrityError:
+        existing = InboundEvent.objects.get(bot=bot, message_id=message_id)
+        logger.info(
+            "feishu duplicate event",
+            extra={
+                "bot": bot.slug,
+                "message_id": message_id,
+                "event_id": event_id,
+                "first_event_id": existing.event_id,
+            },
+        )
+        return existing, False
+    return event, True
+
+
+def inbound_event_enqueue(*, event_pk: int) -> bool:
+    """Queue processing; a broker outage is logged, not raised: the row is stored and the sweeper retries."""
+    from amuxweb.feishu.tasks import inbound_event_process
+
+    try:
+        # retry=False: with Redis down, fail at once instead of holding the webhook's answer.
+        inbound_event_process.apply_async(args=[event_pk], retry=False)
+    except (OSError, ConnectionError) as error:
+        _log_enqueue_failure(event_pk, error)
+        return False
+    except Exception as error:  # kombu.OperationalError and redis errors have no common base we can import cheaply
+        if not _is_broker_error(error):
+            raise
+        _log_enqueue_failure(event_pk, error)
+        return False
+    return True
+
+
+def _is_broker_error(error: Exception) -> bool:
+    from kombu.exceptions import OperationalError
+
+    try:
+        from redis.exceptions import RedisError
+    except ImportError:  # pragma: no cover - redis is pinned
+        RedisError = OperationalError  # noqa: N806
+    return isinstance(error, OperationalError | RedisError)
+
+
+def _log_enqueue_failure(event_pk: int, error: Exception) -> None:
+    logger.warning(
+        "feishu event stored but not enqueued; the sweeper will pick it up",
+        extra={"inbound_event": event_pk, "error": type(error).__name__},
+    )
+
+
+def inbound_event_claim(*, event_pk: int) -> InboundEvent | None:
+    """Atomically move pending -> processing; None when another worker has it or it is already finished."""
+    claimed = InboundEvent.objects.filter(pk=event_pk, status=InboundEvent.Status.PENDING).update(
+        status=InboundEvent.Status.PROCESSING, attempts=F("attempts") + 1, claimed_at=timezone.now()
+    )
+    if not claimed:
+        return None
+    return InboundEvent.objects.select_related("bot").get(pk=event_pk)
+
+
+def inbound_event_finish(*, event: InboundEvent, status: str, error: str = "") -> None:
+    InboundEvent.objects.filter(pk=event.pk).update(status=status, error=error[:2000], processed_at=timezone.now())
+    event.status, event.error = status, error
+
+
+def inbound_event_release_for_retry(*, event: InboundEvent, error: str) -> None:
+    """A processing attempt failed unexpectedly: back to pending for the sweeper, or failed after the cap."""
+    status = InboundEvent.Status.FAILED if event.attempts >= MAX_PROCESSING_ATTEMPTS else InboundEvent.Status.PENDING
+    InboundEvent.objects.filter(pk=event.pk).update(status=status, error=error[:2000])
+    event.status, event.error = status, error
+
+
+def inbound_events_sweep(*, now=None) -> list[int]:
+    """Re-enqueue events acknowledged to Feishu but never processed (broker down, worker killed)."""
+    now = now or timezone.now()
+    pending_before = now - timedelta(seconds=settings.FEISHU_SWEEP_PENDING_AFTER_SECONDS)
+    stale_before = now - timedelta(seconds=STALE_CLAIM_SECONDS)
+    InboundEvent.objects.filter(status=InboundEvent.Status.PROCESSING, claimed_at__lt=stale_before).update(
+        status=InboundEvent.Status.PENDING
+    )
+    event_pks = list(
+        InboundEvent.objects.filter(
+            Q(status=InboundEvent.Status.PENDING) & Q(received_at__lt=pending_before)
+        ).values_list("pk", flat=True)[:500]
+    )
+    for event_pk in event_pks:
+        inbound_event_enqueue(event_pk=event_pk)
+    if event_pks:
+        logger.info("feishu sweeper re-enqueued events", extra={"count": len(event_pks)})
+    return event_pks
+
+
+def inbound_event_reprocess(*, event: InboundEvent) -> None:
+    """Admin action: put a finished or failed event back through processing."""
+    InboundEvent.objects.filter(pk=event.pk).update(status=InboundEvent.Status.PENDING, error="")
+    transaction.on_commit(lambda: inbound_event_enqueue(event_pk=event.pk))

@@ -1,0 +1,68 @@
+"""The Feishu webhook: verify with lark-oapi, store the event, answer in milliseconds (ARCHITECTURE §5 step 1)."""
+
+import logging
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.models import Bot
+from amuxweb.feishu.services import inbound_event_store
+from amuxweb.feishu.webhook import webhook_handle
+
+logger = logging.getLogger(__name__)
+
+
+@csrf_exempt
+@require_POST
+def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
+    bot = Bot.objects.filter(slug=bot_slug, is_enabled=True).first()
+    if bot is None:
+        return JsonResponse({"message": "Unknown bot.", "extra": {"bot": bot_slug}}, status=404)
+
+    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    try:
+        body = request.body if length <= settings.FEISHU_MAX_BODY_BYTES else b""
+    except RequestDataTooBig:
+        length = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1
+        body = b""
+    if length > settings.FEISHU_MAX_BODY_BYTES or len(body) > settings.FEISHU_MAX_BODY_BYTES:
+        return JsonResponse(
+            {"message": "Body too large.", "extra": {"limit": settings.FEISHU_MAX_BODY_BYTES}}, status=413
+        )
+
+    outcome = webhook_handle(
+        bot=bot,
+        path=request.path,
+        headers=dict(request.headers.items()),
+        body=body,
+        max_age_seconds=settings.FEISHU_MAX_EVENT_AGE_SECONDS,
+    )
+    if outcome.event is not None:
+        message = (outcome.event.get("event") or {}).get("message") or {}
+        message_id = message.get("message_id")
+        if not isinstance(message_id, str) or not message_id:
+            # Authenticated but shapeless: acknowledge so Feishu stops retrying a payload we never accept.
+            return JsonResponse({"msg": "ignored"})
+        try:
+            inbound_event_store(
+                bot=bot,
+                event_id=outcome.event["header"]["event_id"][:64],
+                message_id=message_id[:64],
+                event_type=outcome.event["header"]["event_type"][:64],
+                payload=outcome.event,
+            )
+        except DatabaseError:
+            # Nothing stored: a non-200 makes Feishu retry, which is what we want here.
+            logger.exception("feishu event could not be stored", extra={"bot": bot.slug, "message_id": message_id})
+            return JsonResponse({"message": "Temporarily unavailable.", "extra": {}}, status=503)
+    return JsonResponse(outcome.body, status=outcome.status_code)
+
+
+@require_GET
+def ping(request: HttpRequest) -> HttpResponse:
+    """A trivial view: the webhook benchmark's baseline on the same server."""
+    return JsonResponse({"msg": "pong"})

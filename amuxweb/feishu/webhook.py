@@ -1,0 +1,136 @@
+"""lark-oapi's EventDispatcherHandler, one per bot, with our policy around `handler.do(RawRequest)` (F1).
+
+lark-oapi answers the challenge, checks the verification token and the signature, and decrypts. Its
+processor only captures the decoded event into a context variable: it cannot raise, so lark-oapi never
+turns our failure into a 500 that invites Feishu's retries. The view stores the captured event afterwards.
+"""
+
+import contextvars
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import lark_oapi as lark
+from lark_oapi.core.model import RawRequest
+from lark_oapi.event.custom import CustomizedEvent
+
+from agents.models import Bot
+from amuxweb.feishu.signing import HEADER_TIMESTAMP
+
+logger = logging.getLogger(__name__)
+
+# The event types the bridge handles; every other type is acknowledged with 200 and ignored.
+HANDLED_EVENT_TYPES = ("im.message.receive_v1",)
+
+_captured: contextvars.ContextVar[CustomizedEvent | None] = contextvars.ContextVar("feishu_captured", default=None)
+_handlers: dict[int, tuple[Any, lark.EventDispatcherHandler]] = {}
+_handlers_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class WebhookOutcome:
+    """What the webhook should answer, and the event to store when there is one."""
+
+    status_code: int
+    body: dict[str, Any]
+    event: dict[str, Any] | None = None
+
+
+def _capture(data: CustomizedEvent) -> None:
+    _captured.set(data)
+
+
+def _handler_build(bot: Bot) -> lark.EventDispatcherHandler:
+    builder = lark.EventDispatcherHandler.builder(
+        bot.feishu_encrypt_key or "", bot.feishu_verification_token or "", lark.LogLevel.WARNING
+    )
+    for event_type in HANDLED_EVENT_TYPES:
+        builder = builder.register_p2_customized_event(event_type, _capture)
+    return builder.build()
+
+
+def event_handler_get(*, bot: Bot) -> lark.EventDispatcherHandler:
+    """The bot's handler, rebuilt when its credentials change (keyed on updated_at)."""
+    cached = _handlers.get(bot.pk)
+    if cached and cached[0] == bot.updated_at:
+        return cached[1]
+    with _handlers_lock:
+        handler = _handler_build(bot)
+        _handlers[bot.pk] = (bot.updated_at, handler)
+    return handler
+
+
+def _event_dict(data: CustomizedEvent) -> dict[str, Any]:
+    header = data.header
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": header.event_id or "",
+            "event_type": header.event_type or "",
+            "create_time": header.create_time or "",
+            "app_id": header.app_id or "",
+            "tenant_key": header.tenant_key or "",
+        },  # the verification token is dropped: no secret is stored (C3)
+        "event": data.event or {},
+    }
+
+
+def _timestamp_is_stale(headers: dict[str, str], *, max_age_seconds: int, now: float) -> bool:
+    raw = headers.get(HEADER_TIMESTAMP)
+    if raw is None:
+        return False  # lark-oapi's signature check refuses a signed bot's request without one
+    try:
+        stamp = int(raw)
+    except ValueError:
+        return True
+    return now - stamp > max_age_seconds
+
+
+def webhook_handle(
+    *, bot: Bot, path: str, headers: dict[str, str], body: bytes, max_age_seconds: int, now: float | None = None
+) -> WebhookOutcome:
+    """Run one request through lark-oapi plus our policy; pure of the DB (the caller stores the event)."""
+    try:
+        decoded = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return WebhookOutcome(400, {"message": "Body is not JSON.", "extra": {}})
+    if not isinstance(decoded, dict):
+        return WebhookOutcome(400, {"message": "Body is not a JSON object.", "extra": {}})
+
+    # Our policy, not lark-oapi's (it has no replay window): refuse an old timestamp (F1).
+    if _timestamp_is_stale(headers, max_age_seconds=max_age_seconds, now=time.time() if now is None else now):
+        return WebhookOutcome(400, {"message": "Request timestamp is too old.", "extra": {}})
+
+    raw = RawRequest()
+    raw.uri = path
+    raw.headers = headers  # as Django gives them: Title-Case, which lark-oapi's case-sensitive lookup expects
+    raw.body = body
+    token = _captured.set(None)
+    try:
+        response = event_handler_get(bot=bot).do(raw)
+        captured = _captured.get()
+    finally:
+        _captured.reset(token)
+
+    try:
+        answer = json.loads(response.content or b"{}")
+    except ValueError:
+        answer = {}
+    if response.status_code == 200:
+        if "challenge" in answer:
+            return WebhookOutcome(200, {"challenge": answer["challenge"]})
+        if captured is None:
+            return WebhookOutcome(200, {"msg": "ignored"})
+        return WebhookOutcome(200, {"msg": "success"}, event=_event_dict(captured))
+
+    reason = str(answer.get("msg", ""))
+    if reason.startswith("processor not found"):
+        # An authenticated event of a type we do not handle: acknowledge so Feishu does not retry it.
+        return WebhookOutcome(200, {"msg": "ignored"})
+    logger.warning("feishu webhook refused", extra={"bot": bot.slug, "reason": reason[:200]})
+    if "token" in reason or "signature" in reason:
+        return WebhookOutcome(401, {"message": "Verification failed.", "extra": {"reason": reason[:200]}})
+    return WebhookOutcome(400, {"message": "Event could not be read.", "extra": {"reason": reason[:200]}})
