@@ -150,6 +150,11 @@ AMUX_QUOTED_REPLY_MAX_RUNES = 12000
 AMUX_THREAD_CONTEXT_LIMIT = 20
 AMUX_FEISHU_TOPIC_ROOT_ENABLED = env.bool("AMUX_FEISHU_TOPIC_ROOT_ENABLED", default=True)
 AMUX_FEISHU_SHARED_THREAD_ENABLED = env.bool("AMUX_FEISHU_SHARED_THREAD_ENABLED", default=False)
+# C13: the daily retention sweep for quiet hubs (writes also prune, at most once a minute per process).
+CELERY_BEAT_SCHEDULE["thread-context-prune"] = {
+    "task": "threadcontext.tasks.thread_context_prune",
+    "schedule": 24 * 3600.0,
+}
 
 # --- Probe gate (P3, P10): debounce defaults of discuss wakes (a bot may override), config cache -----------
 AMUX_PROBE_DEBOUNCE_INITIAL_MS = env.int("AMUX_PROBE_DEBOUNCE_INITIAL_MS", default=3000)

@@ -1,0 +1,151 @@
+"""Admin for the thread-context store, with an explain page per decision (ARCHITECTURE C12).
+
+Events, items and decisions are records of what happened: read-only here (retention removes them). Workspaces and
+session bindings are the operator's settings.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from threadcontext.explain import decision_explain_data
+from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
+from threadcontext.selection import text_preview
+
+ROOT_FILTER_CHOICES = 30
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+class WorkspaceFilter(admin.SimpleListFilter):
+    """Decisions of one workspace: a (bot profile, chat) pair."""
+
+    title = "workspace"
+    parameter_name = "workspace"
+
+    def lookups(self, request, model_admin):
+        return [(str(workspace.pk), f"{workspace.bot_profile} · {workspace}") for workspace in Workspace.objects.all()]
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        workspace = Workspace.objects.filter(pk=self.value()).first()
+        if workspace is None:
+            return queryset.none()
+        return queryset.filter(bot_profile=workspace.bot_profile, chat_id=workspace.chat_id)
+
+
+class RootFilter(admin.SimpleListFilter):
+    """Decisions of one topic (the most recent roots are offered; any root works as ?root_msg_id=)."""
+
+    title = "topic root"
+    parameter_name = "root_msg_id"
+
+    def lookups(self, request, model_admin):
+        roots = ThreadContextDecision.objects.order_by("-id").values_list("root_msg_id", flat=True)[:200]
+        unique = list(dict.fromkeys(roots))[:ROOT_FILTER_CHOICES]
+        if self.value() and self.value() not in unique:
+            unique.insert(0, self.value())
+        return [(root, root) for root in unique]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(root_msg_id=self.value()) if self.value() else queryset
+
+
+@admin.register(Workspace)
+class WorkspaceAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "bot_profile",
+        "chat_id",
+        "mode",
+        "thread_context_limit",
+        "session_scope",
+        "topic_root_enabled",
+        "shared_thread_enabled",
+    ]
+    list_filter = ["mode", "session_scope", "bot_profile"]
+    search_fields = ["name", "chat_id", "bot_profile"]
+
+
+@admin.register(ThreadEvent)
+class ThreadEventAdmin(ReadOnlyAdmin):
+    list_display = ["id", "event_type", "bot_profile", "chat_id", "root_msg_id", "message_id", "actor_type", "preview"]
+    list_filter = ["event_type", "actor_type", "bot_profile"]
+    search_fields = ["root_msg_id", "message_id", "chat_id"]
+
+    @admin.display(description="text")
+    def preview(self, obj: ThreadEvent) -> str:
+        return text_preview(obj.text)
+
+
+@admin.register(ThreadContextItem)
+class ThreadContextItemAdmin(ReadOnlyAdmin):
+    list_display = ["id", "item_type", "author_label", "bridge_id", "root_msg_id", "chars", "preview"]
+    list_filter = ["item_type", "bridge_id"]
+    search_fields = ["root_msg_id", "message_id", "chat_id"]
+
+    @admin.display(description="chars")
+    def chars(self, obj: ThreadContextItem) -> int:
+        return len(obj.text)
+
+    @admin.display(description="text")
+    def preview(self, obj: ThreadContextItem) -> str:
+        return text_preview(obj.text)
+
+
+@admin.register(ThreadContextDecision)
+class ThreadContextDecisionAdmin(ReadOnlyAdmin):
+    list_display = ["id", "created_at", "bot_profile", "chat_id", "root_msg_id", "message_id", "selected", "explain"]
+    list_filter = [WorkspaceFilter, RootFilter, "workspace_mode", "bot_profile"]
+    search_fields = ["root_msg_id", "message_id", "chat_id", "request_text"]
+
+    @admin.display(description="selected")
+    def selected(self, obj: ThreadContextDecision) -> int:
+        return len(obj.selected_item_ids or [])
+
+    @admin.display(description="explain")
+    def explain(self, obj: ThreadContextDecision) -> str:
+        url = reverse("admin:threadcontext_threadcontextdecision_explain", args=[obj.pk])
+        return format_html('<a href="{}">explain</a>', url)
+
+    def get_urls(self):
+        return [
+            path(
+                "<int:decision_id>/explain/",
+                self.admin_site.admin_view(self.explain_view),
+                name="threadcontext_threadcontextdecision_explain",
+            )
+        ] + super().get_urls()
+
+    def explain_view(self, request: HttpRequest, decision_id: int) -> HttpResponse:
+        decision = get_object_or_404(ThreadContextDecision, pk=decision_id)
+        if not self.has_view_permission(request, decision):
+            return HttpResponse(status=403)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Context decision {decision.pk}",
+            "decision": decision,
+            "explain": decision_explain_data(decision=decision),
+        }
+        return TemplateResponse(request, "admin/threadcontext/decision_explain.html", context)
+
+
+@admin.register(SessionBinding)
+class SessionBindingAdmin(admin.ModelAdmin):
+    list_display = ["id", "bot_profile", "chat_id", "scope_key", "agent_thread_id", "topic_root_prompt_delivered"]
+    list_filter = ["topic_root_prompt_delivered", "bot_profile", ("retired_at", admin.EmptyFieldListFilter)]
+    search_fields = ["chat_id", "scope_key"]
+    readonly_fields = ["created_at"]

@@ -1,0 +1,112 @@
+"""REST API for context decisions (ARCHITECTURE §7, C12): the explain data, for staff and the bot's owner.
+
+Who may read: staff always. Anyone else only for a bot profile that `AMUX_CONTEXT_DECISION_ACCESS_CHECK` (a dotted
+path to `check(user, bot_profile) -> bool`) says they own; with no check configured only staff may read. This app
+cannot import `agents`, so the ownership rule is plugged in by the project (e.g. a function in agents.selectors).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from threadcontext.explain import decision_explain_data
+from threadcontext.selectors import decision_get, decision_list
+
+DECISION_LIST_LIMIT = 50
+
+CONTEXT_DECISION_ERROR = inline_serializer(
+    name="ContextDecisionError",
+    fields={"message": serializers.CharField(), "extra": serializers.DictField()},
+)
+
+
+def decision_access_allowed(*, user, bot_profile: str) -> bool:
+    if user.is_staff:
+        return True
+    check_path = getattr(settings, "AMUX_CONTEXT_DECISION_ACCESS_CHECK", "")
+    if not check_path or not bot_profile:
+        return False
+    return bool(import_string(check_path)(user, bot_profile))
+
+
+class ContextDecisionFilterSerializer(serializers.Serializer):
+    root_msg_id = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    profile = serializers.SlugField(max_length=64, required=False, allow_blank=True, default="")
+    chat_id = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+
+
+class ContextDecisionItemSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    item_type = serializers.CharField()
+    source = serializers.CharField()
+    chars = serializers.IntegerField()
+    preview = serializers.CharField()
+    truncated = serializers.BooleanField(required=False)
+    reason = serializers.CharField(required=False, help_text="Excluded items only.")
+
+
+class ContextDecisionOutputSerializer(serializers.Serializer):
+    decision_id = serializers.IntegerField()
+    profile = serializers.CharField()
+    bridge_id = serializers.CharField()
+    chat_id = serializers.CharField()
+    root_msg_id = serializers.CharField()
+    message_id = serializers.CharField()
+    target_id = serializers.CharField()
+    mode = serializers.CharField()
+    request_text = serializers.CharField()
+    context_chars = serializers.IntegerField()
+    prompt_chars = serializers.IntegerField()
+    selected_item_ids = serializers.ListField(child=serializers.IntegerField())
+    selected = ContextDecisionItemSerializer(many=True)
+    excluded = ContextDecisionItemSerializer(many=True)
+    diagnostics = serializers.DictField()
+    thread_context = serializers.CharField()
+    prompt_preview = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class ContextDecisionListApi(APIView):
+    @extend_schema(
+        operation_id="context_decisions_list",
+        parameters=[
+            OpenApiParameter("root_msg_id", str, description="The Feishu topic's root message id."),
+            OpenApiParameter("profile", str, description="The bot's slug (required unless staff)."),
+            OpenApiParameter("chat_id", str, description="The Feishu chat id."),
+        ],
+        responses={200: ContextDecisionOutputSerializer(many=True), 400: CONTEXT_DECISION_ERROR},
+        summary="Context decisions, newest first (at most 50)",
+    )
+    def get(self, request: Request) -> Response:
+        filters = ContextDecisionFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        profile = filters.validated_data["profile"]
+        if not decision_access_allowed(user=request.user, bot_profile=profile):
+            raise PermissionDenied("Only staff, or the owner of the bot given as ?profile=, may read its decisions.")
+        decisions = decision_list(
+            root_msg_id=filters.validated_data["root_msg_id"],
+            bot_profile=profile,
+            chat_id=filters.validated_data["chat_id"],
+        )[:DECISION_LIST_LIMIT]
+        data = [decision_explain_data(decision=decision) for decision in decisions]
+        return Response(ContextDecisionOutputSerializer(data, many=True).data)
+
+
+class ContextDecisionDetailApi(APIView):
+    @extend_schema(
+        operation_id="context_decisions_retrieve",
+        responses={200: ContextDecisionOutputSerializer, 403: CONTEXT_DECISION_ERROR, 404: CONTEXT_DECISION_ERROR},
+        summary="One context decision with its explain data",
+    )
+    def get(self, request: Request, decision_id: int) -> Response:
+        decision = decision_get(decision_id=decision_id)
+        if not decision_access_allowed(user=request.user, bot_profile=decision.bot_profile):
+            raise PermissionDenied("Only staff, or the owner of this decision's bot, may read it.")
+        return Response(ContextDecisionOutputSerializer(decision_explain_data(decision=decision)).data)

@@ -1,0 +1,109 @@
+"""Explain output (seed 002 "最小 Explain CLI", ARCHITECTURE C12): one decision as terminal text and as a dict.
+
+The CLI prints `decision_explain_text`; the API and the admin page show `decision_explain_data`. Both read only
+the decision row, so a decision still explains itself after retention removed its items.
+"""
+
+from __future__ import annotations
+
+from threadcontext.models import ThreadContextDecision
+from threadcontext.selection import text_preview
+
+PREVIEW_WIDTH = 60
+
+
+def decision_explain_data(*, decision: ThreadContextDecision) -> dict:
+    diagnostics = decision.diagnostics or {}
+    return {
+        "decision_id": decision.pk,
+        "profile": decision.bot_profile,
+        "bridge_id": decision.bridge_id,
+        "chat_id": decision.chat_id,
+        "root_msg_id": decision.root_msg_id,
+        "message_id": decision.message_id,
+        "target_id": decision.target_id,
+        "mode": decision.workspace_mode,
+        "request_text": decision.request_text,
+        "context_chars": diagnostics.get("context_chars", len(decision.thread_context)),
+        "prompt_chars": diagnostics.get("prompt_chars", len(decision.prompt_preview)),
+        "selected_item_ids": list(decision.selected_item_ids or []),
+        "selected": list(diagnostics.get("selected_items", [])),
+        "excluded": list(decision.excluded or []),
+        "diagnostics": {key: value for key, value in diagnostics.items() if key != "selected_items"},
+        "thread_context": decision.thread_context,
+        "prompt_preview": decision.prompt_preview,
+        "created_at": decision.created_at.isoformat() if decision.created_at else None,
+    }
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [len(header) for header in headers]
+    for row in rows:
+        widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+    return [line(headers), line(["-" * width for width in widths])] + [line(row) for row in rows]
+
+
+def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = False) -> str:
+    data = decision_explain_data(decision=decision)
+    diagnostics = data["diagnostics"]
+    lines = [
+        f"profile:       {data['profile']}",
+        f"bridge_id:     {data['bridge_id']}",
+        f"decision_id:   {data['decision_id']}",
+        f"root_msg_id:   {data['root_msg_id']}",
+        f"message_id:    {data['message_id']}",
+        f"mode:          {data['mode']}",
+        f"request_text:  {text_preview(data['request_text'], 200)}",
+        f"context chars: {data['context_chars']}",
+        f"prompt chars:  {data['prompt_chars']}",
+        (
+            f"trimmed:       item_limit={diagnostics.get('trimmed_by_item_limit', 0)} "
+            f"(limit {diagnostics.get('item_limit', '?')}), "
+            f"char_budget={diagnostics.get('trimmed_by_char_budget', 0)} (budget {diagnostics.get('max_chars', '?')})"
+        ),
+    ]
+    if diagnostics.get("is_slash_command"):
+        lines.append("note:          slash command: no context is carried")
+    elif diagnostics.get("thread_context_enabled") is False:
+        lines.append("note:          shared thread context is disabled for this workspace")
+    lines.append("")
+    lines.append(f"selected items ({len(data['selected'])}):")
+    if data["selected"]:
+        rows = [
+            [
+                str(item["id"]),
+                item["item_type"],
+                item["source"] + (" (truncated)" if item.get("truncated") else ""),
+                str(item["chars"]),
+                text_preview(item["preview"], PREVIEW_WIDTH),
+            ]
+            for item in data["selected"]
+        ]
+        lines.extend(_table(["id", "type", "source", "chars", "preview"], rows))
+    else:
+        lines.append("(none)")
+    lines.append("")
+    lines.append(f"excluded items ({len(data['excluded'])}):")
+    if data["excluded"]:
+        rows = [
+            [
+                str(item["id"]),
+                item["item_type"],
+                item["source"],
+                item["reason"],
+                str(item["chars"]),
+                text_preview(item["preview"], PREVIEW_WIDTH),
+            ]
+            for item in data["excluded"]
+        ]
+        lines.extend(_table(["id", "type", "source", "reason", "chars", "preview"], rows))
+    else:
+        lines.append("(none)")
+    if verbose:
+        lines += ["", "thread context:", data["thread_context"] or "(empty)", "", "prompt preview:"]
+        lines.append(data["prompt_preview"] or "(empty)")
+    return "\n".join(lines) + "\n"
