@@ -165,6 +165,8 @@ CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
     "task": "amuxweb.feishu.discuss.discuss_wakes_sweep",
     "schedule": 5.0,
 }
+# The discuss wake's tasks live in the bridge's discuss module, which autodiscovery (tasks.py) does not import.
+CELERY_IMPORTS = ("amuxweb.feishu.discuss",)
 
 # --- Feishu ----------------------------------------------------------------------------------------------
 FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")

@@ -1,0 +1,250 @@
+"""The discuss wake (P1, P9, P10): a burst of group messages becomes one probe, and `send` starts one turn.
+
+Routing calls `discuss_wake_schedule` for a group message that does not address a discuss-mode bot; DMs,
+REST and @-addressed turns never come here, so they are never probed nor logged by the gate (P1).
+
+Debounce state lives in the database (one pending DiscussWake per bot and topic, a unique constraint), so it
+holds across workers: the first message creates the wake due `initial` later and enqueues
+`discuss_wake_fire_task` for that time; each further message moves `due_at` to now + initial, never past
+`deadline_at` (first message + max). The task re-checks `due_at` when it runs and re-schedules itself if the
+wake was extended; the beat sweeper (`discuss_wakes_sweep`, every 5 s) fires anything past due whose task was
+lost. A wake whose judge hit a provider fault is retried with backoff; after MAX_ATTEMPTS it stays `failed`
+(with the error) and the bot's failing-closed judgements show in the admin.
+"""
+
+import logging
+from datetime import datetime, timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agents.llm.base import ChatMessage
+from agents.models import Bot, Turn
+from amuxweb.feishu.models import DiscussWake, InboundEvent
+from probe.models import ProbeJudgement
+from probe.prompts import activation_contract
+from probe.services import GateResult, probe_gate_run
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3  # judge attempts per wake: the first plus two retries after provider faults
+RETRY_BACKOFF_SECONDS = (30, 120)  # after attempt 1, after attempt 2
+TRANSCRIPT_ITEM_LIMIT = 200  # newest recorded items handed to the judge; the probe's budget trims further
+SWEEP_BATCH = 200
+
+# What discuss_wake_fire returns (for tests, logs and the bench).
+FIRE_NOT_DUE = "not_due"
+FIRE_NOT_CLAIMED = "not_claimed"
+FIRE_SUPERSEDED = "superseded"
+FIRE_DECLINED = "declined"
+FIRE_RETRY = "retry_scheduled"
+FIRE_FAILED = "failed"
+FIRE_STARTED = "turn_started"
+FIRE_NO_SOURCE = "no_source_message"
+
+
+def debounce_delays(*, bot: Bot) -> tuple[timedelta, timedelta]:
+    """(initial, maximum) of the bot, or the hub's defaults (AMUX_PROBE_DEBOUNCE_INITIAL_MS / _MAX_MS)."""
+    initial_ms = bot.probe_debounce_initial_ms
+    if initial_ms is None:
+        initial_ms = settings.AMUX_PROBE_DEBOUNCE_INITIAL_MS
+    max_ms = bot.probe_debounce_max_ms
+    if max_ms is None:
+        max_ms = settings.AMUX_PROBE_DEBOUNCE_MAX_MS
+    return timedelta(milliseconds=initial_ms), timedelta(milliseconds=max(max_ms, initial_ms))
+
+
+def _fire_enqueue(*, wake_id: int, eta: datetime) -> None:
+    """After commit, queue the fire task for `eta`; eager runs (no broker) leave wakes to the beat sweeper."""
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        # An eager apply_async would run now, before the wake is due; the sweeper fires it when due.
+        return
+
+    def enqueue() -> None:
+        try:
+            discuss_wake_fire_task.apply_async(args=[wake_id], eta=eta, retry=False)
+        except Exception as error:  # broker down: the sweeper fires the wake once due
+            from amuxweb.feishu.services.intake import _is_broker_error
+
+            if not isinstance(error, OSError | ConnectionError) and not _is_broker_error(error):
+                raise
+            logger.warning("discuss wake not enqueued; the sweeper will fire it", extra={"wake_id": wake_id})
+
+    transaction.on_commit(enqueue)
+
+
+def discuss_wake_schedule(
+    *, bot: Bot, chat_id: str, root_msg_id: str, message_id: str, now: datetime | None = None
+) -> DiscussWake:
+    """Open or extend the pending wake of (bot, chat, topic) for one more group message (P10)."""
+    now = now or timezone.now()
+    initial, maximum = debounce_delays(bot=bot)
+    for _ in range(3):
+        with transaction.atomic():
+            wake = (
+                DiscussWake.objects.select_for_update()
+                .filter(bot=bot, chat_id=chat_id, root_msg_id=root_msg_id, status=DiscussWake.Status.PENDING)
+                .first()
+            )
+            if wake is not None:
+                if message_id not in wake.message_ids:
+                    wake.message_ids = [*wake.message_ids, message_id]
+                wake.last_message_id = message_id
+                wake.due_at = max(wake.due_at, min(now + initial, wake.deadline_at))
+                wake.save(update_fields=["message_ids", "last_message_id", "due_at", "updated_at"])
+                # No new task: the queued one re-checks due_at and re-schedules itself.
+                return wake
+            try:
+                with transaction.atomic():
+                    wake = DiscussWake.objects.create(
+                        bot=bot,
+                        chat_id=chat_id,
+                        root_msg_id=root_msg_id,
+                        message_ids=[message_id],
+                        last_message_id=message_id,
+                        first_message_at=now,
+                        due_at=now + initial,
+                        deadline_at=now + maximum,
+                    )
+            except IntegrityError:
+                continue  # another worker opened the wake for this topic a moment ago: extend that one
+            _fire_enqueue(wake_id=wake.pk, eta=wake.due_at)
+            logger.info(
+                "discuss wake opened",
+                extra={"bot_id": bot.pk, "wake_id": wake.pk, "chat_id": chat_id, "root_msg_id": root_msg_id},
+            )
+            return wake
+    raise RuntimeError("discuss wake could not be opened or extended")  # pragma: no cover - three lost races
+
+
+def discuss_transcript_build(
+    *, bot: Bot, chat_id: str, root_msg_id: str, limit: int = TRANSCRIPT_ITEM_LIMIT
+) -> list[ChatMessage]:
+    """The judge's transcript from the thread's recorded context items, oldest first.
+
+    This bot's own outputs are assistant turns (actions it already took); everything else - people, the topic
+    root, other bots - is a labelled user line, never trusted as instructions.
+    """
+    from threadcontext.models import ThreadContextItem
+
+    rows = list(
+        ThreadContextItem.objects.filter(chat_id=chat_id, root_msg_id=root_msg_id)
+        .order_by("-id")
+        .values("bridge_id", "item_type", "author_label", "text")[:limit]
+    )
+    rows.reverse()
+    transcript = []
+    for row in rows:
+        if row["item_type"] == "agent_output" and row["bridge_id"] == bot.bridge_id:
+            transcript.append(ChatMessage(role="assistant", content=row["text"]))
+        else:
+            label = row["author_label"]
+            transcript.append(ChatMessage(role="user", content=f"{label}: {row['text']}" if label else row["text"]))
+    return transcript
+
+
+def discuss_activation_start(*, bot: Bot, wake: DiscussWake, gate: GateResult) -> Turn | None:
+    """The hand-off to the bridge's turn (P9): one turn for the wake's newest message, with the contract.
+
+    Activated by the judge: the activation contract (the judge's reason as advisory notes) is the last user
+    message of the primary. No gate at all (gate_ran False): the turn runs as it would without the feature.
+    """
+    from amuxweb.feishu.parsing import message_parse
+    from amuxweb.feishu.services.routing import inbound_message_build
+    from amuxweb.feishu.services.turns import feishu_turn_start
+
+    event = InboundEvent.objects.filter(bot=bot, message_id=wake.last_message_id).first()
+    parsed = message_parse(event.payload) if event is not None else None
+    if parsed is None:
+        return None
+    message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
+    contract = activation_contract(reason=gate.reason) if gate.activated else ""
+    return feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DISCUSS, activation_contract=contract)
+
+
+def _claim(*, wake_id: int, now: datetime) -> bool:
+    """pending (or failed and due for a retry) and due → running, atomically: one worker fires a wake."""
+    retryable = Q(status=DiscussWake.Status.FAILED, attempts__lt=MAX_ATTEMPTS)
+    claimable = Q(status=DiscussWake.Status.PENDING) | retryable
+    updated = DiscussWake.objects.filter(claimable, pk=wake_id, due_at__lte=now).update(
+        status=DiscussWake.Status.RUNNING, attempts=F("attempts") + 1, updated_at=now
+    )
+    return updated == 1
+
+
+def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
+    """Run the gate for a due wake and, on send (or no gate), start the turn; otherwise the wake ends."""
+    now = now or timezone.now()
+    if not _claim(wake_id=wake_id, now=now):
+        wake = DiscussWake.objects.filter(pk=wake_id).first()
+        if wake is not None and wake.status == DiscussWake.Status.PENDING and wake.due_at > now:
+            _fire_enqueue(wake_id=wake.pk, eta=wake.due_at)  # extended since the task was queued
+            return FIRE_NOT_DUE
+        return FIRE_NOT_CLAIMED
+    wake = DiscussWake.objects.select_related("bot").get(pk=wake_id)
+    bot = wake.bot
+    if wake.attempts > 1:
+        newer = DiscussWake.objects.filter(
+            bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id, created_at__gt=wake.created_at
+        ).exclude(pk=wake.pk)
+        if newer.exists():
+            # A retry whose topic has a newer wake: that one judges the newer messages, one probe is enough.
+            _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="superseded by a newer wake")
+            return FIRE_SUPERSEDED
+    transcript = discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id)
+    gate = probe_gate_run(bot=bot, transcript=transcript, wake_id=wake.pk)
+    if gate.retryable and wake.attempts < MAX_ATTEMPTS:
+        backoff = timedelta(seconds=RETRY_BACKOFF_SECONDS[wake.attempts - 1])
+        wake.due_at = now + backoff
+        _wake_end(wake=wake, status=DiscussWake.Status.FAILED, error=gate.judgement.error, extra=["due_at"])
+        _fire_enqueue(wake_id=wake.pk, eta=wake.due_at)
+        logger.warning(
+            "discuss wake retry scheduled",
+            extra={"bot_id": bot.pk, "wake_id": wake.pk, "attempts": wake.attempts, "due_at": wake.due_at.isoformat()},
+        )
+        return FIRE_RETRY
+    if not gate.proceeds:
+        if gate.retryable:  # the provider fault persisted through every attempt: failed closed, and visible
+            _wake_end(wake=wake, status=DiscussWake.Status.FAILED, error=gate.judgement.error)
+            return FIRE_FAILED
+        _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="" if gate.outcome == "no_action" else gate.cause)
+        return FIRE_DECLINED
+    turn = discuss_activation_start(bot=bot, wake=wake, gate=gate)
+    if turn is None:
+        _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="the wake's message is not stored")
+        return FIRE_NO_SOURCE
+    wake.turn = turn
+    _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="", extra=["turn"])
+    ProbeJudgement.objects.filter(pk=gate.judgement.pk).update(turn=turn, thread_id=turn.thread_id)
+    return FIRE_STARTED
+
+
+def _wake_end(*, wake: DiscussWake, status: str, error: str, extra: list[str] | None = None) -> None:
+    wake.status = status
+    wake.error = error[:2000]
+    wake.save(update_fields=["status", "error", "updated_at", *(extra or [])])
+
+
+def discuss_wakes_sweep(*, now: datetime | None = None) -> list[str]:
+    """Fire every wake past due whose task was lost (or that waits for its retry); beat runs it every 5 s."""
+    now = now or timezone.now()
+    retryable = Q(status=DiscussWake.Status.FAILED, attempts__lt=MAX_ATTEMPTS)
+    due = (
+        DiscussWake.objects.filter(Q(status=DiscussWake.Status.PENDING) | retryable, due_at__lte=now)
+        .order_by("due_at")
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
+    )
+    return [discuss_wake_fire(wake_id=wake_id, now=now) for wake_id in list(due)]
+
+
+@shared_task(acks_late=True, name="amuxweb.feishu.discuss.discuss_wake_fire_task")
+def discuss_wake_fire_task(wake_id: int) -> str:
+    return discuss_wake_fire(wake_id=wake_id)
+
+
+@shared_task(name="amuxweb.feishu.discuss.discuss_wakes_sweep")
+def discuss_wakes_sweep_task() -> int:
+    return len(discuss_wakes_sweep())
