@@ -37,6 +37,12 @@ def session_scope_key(*, session_scope: str, root_msg_id: str) -> str:
     return SessionBinding.GROUP_SCOPE_KEY if session_scope == Workspace.SessionScope.GROUP else root_msg_id
 
 
+def _live_binding(*, bot_profile: str, chat_id: str, scope_key: str) -> SessionBinding | None:
+    return SessionBinding.objects.filter(
+        bot_profile=bot_profile, chat_id=chat_id, scope_key=scope_key, retired_at__isnull=True
+    ).first()
+
+
 def session_binding_get_or_create(
     *,
     bot_profile: str,
@@ -49,9 +55,7 @@ def session_binding_get_or_create(
     `create_agent_thread` runs inside the same savepoint as the binding insert: when a concurrent request wins
     the unique constraint, both are rolled back and the winner's binding is returned (no orphan Thread).
     """
-    live = SessionBinding.objects.filter(
-        bot_profile=bot_profile, chat_id=chat_id, scope_key=scope_key, retired_at__isnull=True
-    ).first()
+    live = _live_binding(bot_profile=bot_profile, chat_id=chat_id, scope_key=scope_key)
     if live is not None:
         return SessionBindingResult(binding=live)
     if scope_key != SessionBinding.GROUP_SCOPE_KEY:
