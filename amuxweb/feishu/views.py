@@ -24,15 +24,18 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         return JsonResponse({"message": "Unknown bot.", "extra": {"bot": bot_slug}}, status=404)
 
     length = int(request.META.get("CONTENT_LENGTH") or 0)
-    try:
-        body = request.body if length <= settings.FEISHU_MAX_BODY_BYTES else b""
-    except RequestDataTooBig:
-        length = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1
-        body = b""
-    if length > settings.FEISHU_MAX_BODY_BYTES or len(body) > settings.FEISHU_MAX_BODY_BYTES:
-        return JsonResponse(
-            {"message": "Body too large.", "extra": {"limit": settings.FEISHU_MAX_BODY_BYTES}}, status=413
+    too_big = length > settings.FEISHU_MAX_BODY_BYTES
+    body = b""
+    if not too_big:
+        try:
+            body = request.body
+        except RequestDataTooBig:  # above DATA_UPLOAD_MAX_MEMORY_SIZE: Django refuses to read it
+            too_big = True
+    if too_big or len(body) > settings.FEISHU_MAX_BODY_BYTES:
+        limit = min(
+            settings.FEISHU_MAX_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE or settings.FEISHU_MAX_BODY_BYTES
         )
+        return JsonResponse({"message": "Body too large.", "extra": {"limit_bytes": limit}}, status=413)
 
     outcome = webhook_handle(
         bot=bot,

@@ -20,7 +20,7 @@ HELP_TEXT = (
     "- /new ends the current session; your next message starts a fresh one.\n"
     "- /help shows this message."
 )
-NEW_SESSION_TEXT = "Started over: your next message begins a new session."
+NEW_SESSION_TEXT = "Session ended. Start a new topic (or @ me again in a group-wide or direct chat) for a new one."
 RETIRED_SESSION_TEXT = "This session has ended. Please start a new topic (or send /new) to talk to me again."
 
 # Outcomes (stored on the InboundEvent and returned for tests and logs).
@@ -160,7 +160,8 @@ def inbound_message_route(*, bot: Bot, payload: dict) -> RouteResult:
         turn = feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DM)
         return RouteResult(ROUTE_TURN, turn)
 
-    from threadcontext.services import thread_event_record_inbound, workspace_get
+    from threadcontext.selectors import workspace_get
+    from threadcontext.services import thread_event_record_inbound
 
     is_reply_to_bot = (
         bool(parsed.parent_id) and OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parsed.parent_id).exists()

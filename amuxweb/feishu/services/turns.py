@@ -54,7 +54,6 @@ def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: s
     session (C14): the user is told to start a new topic and nothing is submitted.
     """
     from agents.services.turns import turn_get_or_create
-
     from amuxweb.feishu.services.sessions import SessionRetired, session_thread_resolve
 
     try:
@@ -125,3 +124,187 @@ def quoted_text_read(*, bot: Bot, parsed: ParsedMessage) -> str:
         delivery = OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parsed.parent_id).first()
         text = delivery.content if delivery is not None else ""
     return text
+
+
+def _turn_skip(*, turn: Turn, reason: str) -> None:
+    Turn.objects.filter(pk=turn.pk, reply_message__isnull=True).update(
+        status=Turn.Status.SKIPPED, error=reason, finished_at=timezone.now()
+    )
+
+
+def _topic_root_text(*, bot: Bot, parsed: ParsedMessage) -> str | None:
+    """C8: the root's text from the local store, else fetched by root_msg_id (any sender type) and recorded."""
+    from amuxweb.feishu.parsing import content_text
+    from amuxweb.feishu.services.routing import bot_secrets
+    from threadcontext.selectors import topic_root_text_get
+    from threadcontext.services import Mention, thread_event_record_topic_root
+
+    local = topic_root_text_get(bridge_id=bot.bridge_id, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id)
+    if local:
+        return local
+    if not bot.has_feishu_credentials:
+        return None
+    try:
+        fetched = feishu_client.message_get(bot=bot, message_id=parsed.root_msg_id)
+    except feishu_client.FeishuApiError as error:
+        logger.warning(
+            "feishu topic root unreadable",
+            extra={"bot": bot.slug, "root_msg_id": parsed.root_msg_id, "code": error.code},
+        )
+        return None
+    text = content_text(message_type=fetched.msg_type, content=fetched.content)
+    mentions = [
+        Mention(
+            key=str(m.get("key", "")),
+            open_id=str(m.get("id", "")),
+            name=str(m.get("name", "")),
+            is_this_bot=bool(bot.feishu_bot_open_id) and m.get("id") == bot.feishu_bot_open_id,
+        )
+        for m in fetched.mentions
+    ]
+    event, _ = thread_event_record_topic_root(
+        bridge_id=bot.bridge_id,
+        bot_profile=bot.slug,
+        chat_id=parsed.chat_id,
+        root_msg_id=parsed.root_msg_id,
+        text=text,
+        sender_id=fetched.sender_id,
+        sender_type=fetched.sender_type or "user",
+        thread_id=fetched.thread_id,
+        mentions=mentions,
+        secrets=bot_secrets(bot),
+    )
+    return event.text if event is not None else None
+
+
+def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
+    """Run one Feishu turn end to end; idempotent (a re-run reuses the stored reply and the delivery rows)."""
+    from agents.services.turns import TurnRetryLater, turn_run
+    from amuxweb.feishu.services.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
+    from amuxweb.feishu.services.routing import bot_secrets, inbound_message_build
+    from amuxweb.feishu.services.sessions import session_binding_for_thread
+    from threadcontext.prompts import prompt_render, request_is_submittable, topic_root_is_due
+    from threadcontext.selectors import context_package_build, workspace_get, workspace_settings_resolve
+    from threadcontext.services import (
+        context_decision_record,
+        normalise_mentions,
+        session_binding_mark_topic_root_delivered,
+        thread_event_record_agent_output,
+    )
+
+    turn = Turn.objects.select_related("bot", "thread", "reply_message").get(pk=turn_pk)
+    bot = turn.bot
+    parsed = _source_parsed(turn=turn)
+    if parsed is None:
+        _turn_skip(turn=turn, reason="The Feishu message of this turn is not stored.")
+        return "no_source"
+    message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
+    request_text = normalise_mentions(parsed.text, message.mentions)
+    workspace = None if parsed.is_direct else workspace_get(bot_profile=bot.slug, chat_id=parsed.chat_id)
+    effective = workspace_settings_resolve(workspace=workspace)
+    binding = session_binding_for_thread(thread=turn.thread)
+    root_due = (
+        not parsed.is_direct
+        and binding is not None
+        and topic_root_is_due(
+            topic_root_enabled=effective.topic_root_enabled,
+            topic_root_prompt_delivered=binding.topic_root_prompt_delivered,
+            is_group_scope=effective.is_group_scope,
+        )
+    )
+    reply_in_thread = parsed.is_in_topic
+
+    reply = turn.reply_message
+    if reply is None:
+        quoted_text = None
+        if parsed.is_explicit_reply:
+            try:
+                quoted_text = quoted_text_read(bot=bot, parsed=parsed) if bot.has_feishu_credentials else None
+            except feishu_client.FeishuApiError as error:
+                # C7: no prompt, nothing submitted; the user hears why.
+                feishu_notice_send(
+                    bot=bot,
+                    chat_id=parsed.chat_id,
+                    reply_to_message_id=parsed.message_id,
+                    reply_in_thread=reply_in_thread,
+                    text=QUOTED_READ_FAILED_TEXT,
+                    purpose="quoted_read_failed",
+                )
+                _turn_skip(turn=turn, reason=f"Quoted message unreadable ({error.code}).")
+                return "quoted_read_failed"
+        topic_root_text = None
+        if root_due and not parsed.is_topic_root:
+            topic_root_text = _topic_root_text(bot=bot, parsed=parsed)
+        if not request_is_submittable(
+            request_text=request_text, topic_root_due=topic_root_text is not None, quoted_text=quoted_text
+        ):
+            _turn_skip(turn=turn, reason="Empty request.")
+            return "empty_request"
+        package = None
+        if not parsed.is_direct:  # DMs never get workspace thread context (C3)
+            package = context_package_build(
+                workspace=workspace,
+                bridge_id=bot.bridge_id,
+                bot_profile=bot.slug,
+                chat_id=parsed.chat_id,
+                root_msg_id=parsed.root_msg_id,
+                message_id=parsed.message_id,
+                request_text=request_text,
+            )
+        prompt = prompt_render(
+            request_text=request_text,
+            package=package,
+            topic_root_text=topic_root_text,
+            root_is_request=parsed.is_topic_root,
+            quoted_text=quoted_text,
+        )
+        if package is not None:
+            decision = context_decision_record(package=package, prompt_preview=prompt)
+            Turn.objects.filter(pk=turn.pk).update(context_decision_id=decision.pk)
+        try:
+            reply = turn_run(
+                turn=turn,
+                user_content=request_text or prompt,
+                user_prompt=prompt,
+                author=parsed.sender_open_id,
+                activation_contract=activation_contract,
+            )
+        except TurnRetryLater as error:
+            raise FeishuTurnRetry(str(error), countdown=error.countdown_seconds) from error
+    if reply is None:
+        return "no_reply"
+
+    rows = deliveries_prepare(
+        bot=bot,
+        turn=turn,
+        chat_id=parsed.chat_id,
+        reply_to_message_id=parsed.message_id,
+        reply_in_thread=reply_in_thread,
+        text=reply.content,
+        source_message_id=turn.source_message_id,
+    )
+    try:
+        rows = deliveries_send(deliveries=rows)
+    except feishu_client.FeishuApiError as error:
+        raise FeishuTurnRetry(f"delivery failed: {error.code} {error.message}", countdown=30.0) from error
+
+    output_message_id = rows[0].feishu_message_id or f"amux-turn-{turn.pk}"
+    thread_event_record_agent_output(
+        bridge_id=bot.bridge_id,
+        bot_profile=bot.slug,
+        chat_id=parsed.chat_id,
+        root_msg_id=parsed.root_msg_id,
+        message_id=output_message_id,
+        text=reply.content,
+        thread_id=parsed.thread_id,
+        chat_type=parsed.chat_type,
+        secrets=bot_secrets(bot),
+    )
+    if root_due and binding is not None:
+        # C8: only now, after the reply carrying the root was delivered.
+        session_binding_mark_topic_root_delivered(binding_id=binding.pk)
+    logger.info(
+        "feishu turn delivered",
+        extra={"bot": bot.slug, "turn": turn.pk, "chunks": len(rows), "feishu_message_id": rows[0].feishu_message_id},
+    )
+    return "delivered"

@@ -1,0 +1,97 @@
+"""Feishu entry point -> session binding -> agents.Thread (C14), on top of threadcontext's binding services.
+
+Topic scope: one session per (bot, chat, topic root). Group scope: one continuous session per (bot, chat); every
+topic and every reply to the bot's outputs feeds it. A DM is one continuous session per chat. `/new` retires the
+binding; a retired topic, or a reply to an output of a retired session, answers "start a new topic" (C14).
+"""
+
+import logging
+
+from agents.models import Bot, Thread
+from amuxweb.feishu.models import OutboundDelivery
+from amuxweb.feishu.parsing import ParsedMessage
+
+logger = logging.getLogger(__name__)
+
+
+class SessionRetired(Exception):
+    """The entry point belongs to a retired session: nothing is submitted (C14)."""
+
+
+def _scope_key(*, bot: Bot, chat_id: str, chat_type: str, root_msg_id: str) -> tuple[str, bool]:
+    """(scope key, is_group_scope) for an entry point."""
+    from threadcontext.models import SessionBinding
+    from threadcontext.selectors import workspace_get, workspace_settings_resolve
+    from threadcontext.services import session_scope_key
+
+    if chat_type == "p2p":
+        return SessionBinding.GROUP_SCOPE_KEY, True
+    effective = workspace_settings_resolve(workspace=workspace_get(bot_profile=bot.slug, chat_id=chat_id))
+    return session_scope_key(session_scope=effective.session_scope, root_msg_id=root_msg_id), effective.is_group_scope
+
+
+def _reply_targets_retired_session(*, bot: Bot, parent_id: str) -> bool:
+    from threadcontext.models import SessionBinding
+
+    delivery = (
+        OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parent_id, turn__isnull=False)
+        .select_related("turn")
+        .first()
+    )
+    if delivery is None:
+        return False
+    bindings = SessionBinding.objects.filter(agent_thread_id=delivery.turn.thread_id)
+    return bindings.exists() and not bindings.filter(retired_at__isnull=True).exists()
+
+
+def session_thread_resolve(*, bot: Bot, message) -> Thread:
+    """The Thread this message's turn runs in, created with its binding on first use; raises SessionRetired."""
+    from agents.services.threads import thread_create
+    from threadcontext.services import session_binding_get_or_create
+
+    if message.parent_id and _reply_targets_retired_session(bot=bot, parent_id=message.parent_id):
+        raise SessionRetired(message.message_id)
+    scope_key, _ = _scope_key(
+        bot=bot, chat_id=message.chat_id, chat_type=message.chat_type, root_msg_id=message.effective_root_msg_id
+    )
+
+    def create_agent_thread() -> int:
+        thread = thread_create(
+            bot=bot,
+            runtime_mode=Thread.RuntimeMode.CHAT,
+            channel=Thread.Channel.FEISHU,
+            title=f"Feishu {message.chat_type} {message.chat_id}",
+            external_key=f"{message.chat_id}:{scope_key}",
+        )
+        return thread.pk
+
+    result = session_binding_get_or_create(
+        bot_profile=bot.slug, chat_id=message.chat_id, scope_key=scope_key, create_agent_thread=create_agent_thread
+    )
+    if result.is_retired_entry:
+        raise SessionRetired(message.message_id)
+    return Thread.objects.get(pk=result.binding.agent_thread_id)
+
+
+def session_binding_for_thread(*, thread: Thread):
+    """The live binding that points at a thread (None when retired since)."""
+    from threadcontext.models import SessionBinding
+
+    return SessionBinding.objects.filter(agent_thread_id=thread.pk, retired_at__isnull=True).order_by("-id").first()
+
+
+def session_retire(*, bot: Bot, parsed: ParsedMessage) -> bool:
+    """`/new`: retire the session this message's entry point is bound to."""
+    from threadcontext.services import session_binding_retire
+
+    scope_key, _ = _scope_key(
+        bot=bot, chat_id=parsed.chat_id, chat_type=parsed.chat_type, root_msg_id=parsed.root_msg_id
+    )
+    retired = session_binding_retire(bot_profile=bot.slug, chat_id=parsed.chat_id, scope_key=scope_key)
+    if retired is not None:
+        Thread.objects.filter(pk=retired.agent_thread_id, retired_at__isnull=True).update(retired_at=retired.retired_at)
+    return retired is not None
+
+
+def session_is_group_scope(*, bot: Bot, chat_id: str, chat_type: str) -> bool:
+    return _scope_key(bot=bot, chat_id=chat_id, chat_type=chat_type, root_msg_id="")[1]

@@ -1,0 +1,230 @@
+"""F1: the webhook — lark-oapi verifies and decrypts; our policy refuses stale, malformed and oversized requests.
+
+Every refusal is a 4xx (never a 500, which would invite Feishu's retries) and stores nothing.
+"""
+
+import json
+import time
+
+import pytest
+
+from amuxweb.feishu.models import InboundEvent
+from amuxweb.feishu.signing import event_encrypt, event_request_build
+from tests.feishu.conftest import fixture_payload
+
+pytestmark = pytest.mark.django_db
+
+
+def test_f1_plain_challenge_is_answered(feishu, make_feishu_bot):
+    # given
+    bot = make_feishu_bot()
+    payload = fixture_payload("url_verification", bot=bot)
+    # when
+    response = feishu.post(bot, payload, encrypt=False)
+    # then
+    assert response.status_code == 200
+    assert response.json() == {"challenge": "ajls384kdjxxxx"}
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_encrypted_challenge_is_answered(feishu, make_feishu_bot):
+    bot = make_feishu_bot()
+    payload = fixture_payload("url_verification", bot=bot)
+
+    response = feishu.post(bot, payload, encrypt=True)
+
+    assert response.status_code == 200
+    assert response.json() == {"challenge": "ajls384kdjxxxx"}
+
+
+def test_f1_challenge_with_wrong_token_is_refused(feishu, make_feishu_bot):
+    bot = make_feishu_bot()
+    payload = {**fixture_payload("url_verification", bot=bot), "token": "not-the-token"}
+
+    response = feishu.post(bot, payload, encrypt=False)
+
+    assert response.status_code == 401
+    assert response.json()["message"] == "Verification failed."
+
+
+def test_f1_signed_encrypted_event_is_stored_once_with_event_id(feishu, make_feishu_bot):
+    # given
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+    # when
+    response = feishu.post(bot, payload)
+    # then
+    assert response.status_code == 200
+    assert response.json() == {"msg": "success"}
+    event = InboundEvent.objects.get()
+    assert (event.bot_id, event.message_id, event.event_id, event.event_type) == (
+        bot.pk,
+        "om_5ce6d572455d361153b7cb51da133945",
+        "5e3702a84e847582be8db7fb73283c02",
+        "im.message.receive_v1",
+    )
+    assert "token" not in event.payload["header"]  # C3: the verification token is not stored
+
+
+def test_f1_bad_signature_is_refused_and_nothing_stored(feishu, make_feishu_bot):
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+
+    response = feishu.post(bot, payload, encrypt_key="another-key")  # signed and encrypted with the wrong key
+
+    assert response.status_code in (400, 401)
+    assert response.status_code != 500
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_tampered_body_fails_the_signature(client, make_feishu_bot):
+    bot = make_feishu_bot()
+    request = event_request_build(
+        payload=fixture_payload("message_text_group", bot=bot), encrypt_key=bot.feishu_encrypt_key
+    )
+    other = json.dumps(
+        {
+            "encrypt": event_encrypt(
+                plaintext=json.dumps(fixture_payload("message_text_p2p", bot=bot)), encrypt_key=bot.feishu_encrypt_key
+            )
+        }
+    ).encode()
+
+    response = client.post(
+        f"/feishu/webhook/{bot.slug}/", data=other, content_type="application/json", **_headers(request)
+    )
+
+    assert response.status_code == 401
+    assert response.json()["extra"]["reason"] == "signature verification failed"
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_wrong_verification_token_is_refused(feishu, make_feishu_bot):
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+    payload["header"]["token"] = "forged-token"
+
+    response = feishu.post(bot, payload)
+
+    assert response.status_code == 401
+    assert response.json()["extra"]["reason"] == "invalid verification_token"
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_stale_timestamp_is_refused_even_when_signed(feishu, make_feishu_bot, settings):
+    # given: a correctly signed event whose timestamp is older than FEISHU_MAX_EVENT_AGE_SECONDS
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+    stale = int(time.time()) - settings.FEISHU_MAX_EVENT_AGE_SECONDS - 5
+    # when
+    response = feishu.post(bot, payload, timestamp=stale)
+    # then
+    assert response.status_code == 400
+    assert response.json() == {"message": "Request timestamp is too old.", "extra": {}}
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_timestamp_within_the_window_is_accepted(feishu, make_feishu_bot, settings):
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+
+    response = feishu.post(bot, payload, timestamp=int(time.time()) - settings.FEISHU_MAX_EVENT_AGE_SECONDS + 30)
+
+    assert response.status_code == 200
+    assert InboundEvent.objects.count() == 1
+
+
+def test_f1_malformed_json_is_a_400(client, make_feishu_bot):
+    bot = make_feishu_bot()
+
+    response = client.post(f"/feishu/webhook/{bot.slug}/", data=b"{not json", content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {"message": "Body is not JSON.", "extra": {}}
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_undecryptable_body_is_a_4xx(client, make_feishu_bot):
+    bot = make_feishu_bot()
+
+    response = client.post(
+        f"/feishu/webhook/{bot.slug}/", data=b'{"encrypt": "bm90IGEgY2lwaGVydGV4dA=="}', content_type="application/json"
+    )
+
+    assert 400 <= response.status_code < 500
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_unknown_event_type_is_acknowledged_and_ignored(feishu, make_feishu_bot):
+    bot = make_feishu_bot()
+    payload = fixture_payload("bot_added_to_chat", bot=bot)
+
+    response = feishu.post(bot, payload)
+
+    assert response.status_code == 200
+    assert response.json() == {"msg": "ignored"}
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_oversized_body_is_a_413(client, make_feishu_bot, settings):
+    bot = make_feishu_bot()
+    body = json.dumps({"encrypt": "A" * (settings.FEISHU_MAX_BODY_BYTES + 10)}).encode()
+
+    response = client.post(f"/feishu/webhook/{bot.slug}/", data=body, content_type="application/json")
+
+    assert response.status_code == 413
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_body_over_djangos_upload_limit_is_a_413_not_a_500(client, make_feishu_bot, settings):
+    bot = make_feishu_bot()
+    settings.FEISHU_MAX_BODY_BYTES = 10 * 1024 * 1024
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+
+    response = client.post(f"/feishu/webhook/{bot.slug}/", data=b"x" * 4096, content_type="application/json")
+
+    assert response.status_code == 413
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_unknown_or_disabled_bot_is_a_404(feishu, make_feishu_bot):
+    bot = make_feishu_bot(is_enabled=False)
+    payload = fixture_payload("message_text_group", bot=bot)
+
+    disabled = feishu.post(bot, payload)
+    unknown = feishu.post(bot, payload, slug="no-such-bot")
+
+    assert (disabled.status_code, unknown.status_code) == (404, 404)
+    assert InboundEvent.objects.count() == 0
+
+
+def test_f1_get_is_not_allowed(client, make_feishu_bot):
+    bot = make_feishu_bot()
+
+    response = client.get(f"/feishu/webhook/{bot.slug}/")
+
+    assert response.status_code == 405
+
+
+def test_f1_handler_is_rebuilt_when_credentials_change(feishu, make_feishu_bot):
+    # given: the handler cached with the old key
+    bot = make_feishu_bot()
+    assert feishu.post(bot, fixture_payload("url_verification", bot=bot), encrypt=True).status_code == 200
+    # when: the operator rotates the encrypt key
+    bot.feishu_encrypt_key = "rotated-encrypt-key"
+    bot.save()
+    response = feishu.post(bot, fixture_payload("message_text_group", bot=bot))
+    # then
+    assert response.status_code == 200
+    assert InboundEvent.objects.count() == 1
+
+
+def test_ping_is_a_trivial_view(client):
+    response = client.get("/feishu/ping/")
+
+    assert response.status_code == 200
+    assert response.json() == {"msg": "pong"}
+
+
+def _headers(request) -> dict:
+    return {k: v for k, v in request.django_headers().items() if k != "HTTP_CONTENT_TYPE"}
