@@ -21,6 +21,7 @@ from threadcontext.services.collection import (
     thread_event_record_topic_root,
 )
 from threadcontext.services.decisions import context_decision_record
+from threadcontext.services.prompting import PreparedPrompt, context_prompt_prepare
 from threadcontext.services.retention import (
     PruneResult,
     thread_context_prune,
@@ -43,11 +44,13 @@ __all__ = [
     "SENDER_USER",
     "InboundMessage",
     "Mention",
+    "PreparedPrompt",
     "PruneResult",
     "RecordOutcome",
     "SessionBindingResult",
     "agent_output_truncate",
     "context_decision_record",
+    "context_prompt_prepare",
     "normalise_mentions",
     "secrets_redact",
     "session_binding_get_or_create",

@@ -1,0 +1,100 @@
+"""One call for the turn: select the context, render the prompt, record the decision (C5, C7-C11).
+
+The bridge/turn calls `context_prompt_prepare` after `thread_event_record_inbound` said `triggers_selector`, submits
+`prepared.prompt` when `prepared.is_submittable`, and after a successful submit calls
+`session_binding_mark_topic_root_delivered` when `prepared.topic_root_injected`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from threadcontext.models import ThreadContextDecision, Workspace
+from threadcontext.prompts import prompt_render, request_is_submittable, topic_root_is_due
+from threadcontext.selection import ContextPackage
+from threadcontext.selectors import context_package_build, topic_root_text_get, workspace_settings_resolve
+from threadcontext.services.decisions import context_decision_record
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    prompt: str
+    package: ContextPackage
+    decision: ThreadContextDecision
+    # The root went into this prompt: mark the binding delivered once the submit succeeds (C8).
+    topic_root_injected: bool
+    # An empty @bot with nothing due (no root, no quote) creates no task (C8).
+    is_submittable: bool
+    # The root is due but not stored locally: the bridge fetches it by root_msg_id (any sender type), records it
+    # with thread_event_record_topic_root and calls again with topic_root_text.
+    topic_root_missing: bool = False
+
+
+def context_prompt_prepare(
+    *,
+    workspace: Workspace | None,
+    bridge_id: str,
+    bot_profile: str,
+    chat_id: str,
+    root_msg_id: str,
+    message_id: str,
+    request_text: str,
+    is_slash_command: bool = False,
+    topic_root_prompt_delivered: bool = False,
+    topic_root_text: str | None = None,
+    quoted_text: str | None = None,
+    target_id: str = "",
+) -> PreparedPrompt:
+    """Build this turn's prompt from the stored thread context and record the decision with its preview.
+
+    topic_root_prompt_delivered: the session binding's flag (a new session starts with False).
+    topic_root_text: the root's text when the caller already has it (e.g. fetched online); otherwise it is read
+        from the local store when due.
+    quoted_text: the replied-to message's text read online by the caller (C7); None when not a reply. A failed read
+        must not reach here: the caller answers the user and submits nothing.
+    """
+    effective = workspace_settings_resolve(workspace=workspace)
+    root_due = not is_slash_command and topic_root_is_due(
+        topic_root_enabled=effective.topic_root_enabled,
+        topic_root_prompt_delivered=topic_root_prompt_delivered,
+        is_group_scope=effective.is_group_scope,
+    )
+    root_is_request = message_id == root_msg_id
+    root_text = None
+    if root_due and not root_is_request:
+        root_text = topic_root_text or topic_root_text_get(
+            bridge_id=bridge_id, chat_id=chat_id, root_msg_id=root_msg_id
+        )
+    package = context_package_build(
+        workspace=workspace,
+        bridge_id=bridge_id,
+        bot_profile=bot_profile,
+        chat_id=chat_id,
+        root_msg_id=root_msg_id,
+        message_id=message_id,
+        request_text=request_text,
+        is_slash_command=is_slash_command,
+        target_id=target_id,
+    )
+    if is_slash_command:
+        prompt = request_text  # a command is handled, never submitted with context
+    else:
+        prompt = prompt_render(
+            request_text=request_text,
+            package=package,
+            topic_root_text=root_text,
+            root_is_request=root_is_request,
+            quoted_text=quoted_text,
+        )
+    decision = context_decision_record(package=package, prompt_preview=prompt)
+    # Delivered once a submit carried the root: as a wrapper, or as the request itself (root is the request).
+    injected = bool(root_text) and (root_text in prompt)
+    return PreparedPrompt(
+        prompt=prompt,
+        package=package,
+        decision=decision,
+        topic_root_injected=injected or (root_due and root_is_request),
+        is_submittable=not is_slash_command
+        and request_is_submittable(request_text=request_text, topic_root_due=bool(root_text), quoted_text=quoted_text),
+        topic_root_missing=root_due and not root_is_request and not root_text,
+    )
