@@ -1,11 +1,13 @@
 from django.urls import path
 
 from agents.apis.threads import ThreadContextApi, ThreadDetailApi, ThreadHistoryApi, ThreadListCreateApi
+from agents.apis.turns import ThreadMessagePostApi, TurnDetailApi
 
 urlpatterns: list = [
     path("threads/", ThreadListCreateApi.as_view(), name="threads"),
     path("threads/<int:thread_id>/", ThreadDetailApi.as_view(), name="thread"),
     path("threads/<int:thread_id>/history/", ThreadHistoryApi.as_view(), name="history"),
     path("threads/<int:thread_id>/context/", ThreadContextApi.as_view(), name="context"),
-    # The turns engineer adds threads/<int:thread_id>/messages/ and turns/<int:turn_id>/ here.
+    path("threads/<int:thread_id>/messages/", ThreadMessagePostApi.as_view(), name="thread-messages"),
+    path("turns/<int:turn_id>/", TurnDetailApi.as_view(), name="turn-detail"),
 ]

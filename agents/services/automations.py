@@ -1,0 +1,138 @@
+"""Automations: a bot's scheduled prompt, run by Celery beat (django-celery-beat) into its own thread.
+
+Creating or saving an automation syncs one `PeriodicTask` ("automation:<id>") that calls
+`agents.tasks.automation_run_task(automation_id)` on the automation's crontab; disabling the automation (or its
+bot) disables the periodic task. Each run appends a user_message (mask 0) and an agent_reply (mask 1) to the
+automation's own thread (runtime_mode automation, created on the first run): runs show in /history and
+never in context (V2). A run is a Turn with source "automation:<automation id>:<run id>", so a redelivered
+run task (same run id) never runs twice.
+
+Posting a run's reply to a Feishu chat (`feishu_chat_id`) belongs to the Feishu bridge, which registers a
+poster with `automation_poster_register` (agents never imports the bridge).
+"""
+
+import json
+import logging
+from collections.abc import Callable
+
+from django.db import transaction
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+from agents.models import Automation, Bot, Message, Thread, Turn
+from agents.services.threads import thread_create
+from agents.services.turns import turn_get_or_create, turn_run
+
+logger = logging.getLogger(__name__)
+
+AUTOMATION_TASK_NAME = "agents.tasks.automation_run_task"
+AUTOMATION_AUTHOR = "automation"
+
+# (automation, turn, reply) -> None; called after commit when the automation has a feishu_chat_id.
+AutomationPoster = Callable[[Automation, Turn, Message], None]
+_posters: list[AutomationPoster] = []
+
+
+def automation_poster_register(poster: AutomationPoster) -> None:
+    """The Feishu bridge's hook: post an automation run's reply to `automation.feishu_chat_id`."""
+    if poster not in _posters:
+        _posters.append(poster)
+
+
+def periodic_task_name(*, automation: Automation) -> str:
+    return f"automation:{automation.pk}"
+
+
+@transaction.atomic
+def automation_schedule_sync(*, automation: Automation) -> PeriodicTask:
+    """Create or update the automation's PeriodicTask to match it (schedule, enabled)."""
+    enabled = automation.is_enabled and automation.bot.is_enabled
+    task, _ = PeriodicTask.objects.update_or_create(
+        name=periodic_task_name(automation=automation),
+        defaults={
+            "task": AUTOMATION_TASK_NAME,
+            "crontab": automation.schedule,
+            "interval": None,
+            "args": json.dumps([automation.pk]),
+            "enabled": enabled,
+            "description": f"Automation {automation.name!r} of bot {automation.bot.slug}",
+        },
+    )
+    if automation.periodic_task_id != task.pk:
+        automation.periodic_task = task
+        Automation.objects.filter(pk=automation.pk).update(periodic_task=task)
+    return task
+
+
+@transaction.atomic
+def automation_create(
+    *,
+    bot: Bot,
+    name: str,
+    prompt: str,
+    schedule: CrontabSchedule,
+    feishu_chat_id: str = "",
+    is_enabled: bool = True,
+) -> Automation:
+    automation = Automation(
+        bot=bot, name=name, prompt=prompt, schedule=schedule, feishu_chat_id=feishu_chat_id, is_enabled=is_enabled
+    )
+    automation.full_clean(exclude=["periodic_task", "thread"])
+    automation.save()
+    automation_schedule_sync(automation=automation)
+    logger.info("automation created", extra={"automation_id": automation.pk, "bot": bot.slug})
+    return automation
+
+
+@transaction.atomic
+def automation_save(*, automation: Automation) -> Automation:
+    """Save an edited automation (admin) and re-sync its schedule."""
+    automation.save()
+    automation_schedule_sync(automation=automation)
+    return automation
+
+
+def automation_delete(*, automation: Automation) -> None:
+    with transaction.atomic():
+        PeriodicTask.objects.filter(name=periodic_task_name(automation=automation)).delete()
+        automation.delete()
+
+
+def automation_thread_get_or_create(*, automation: Automation) -> Thread:
+    """The automation's own thread, created on the first run (row lock: two first runs make one thread)."""
+    with transaction.atomic():
+        locked = Automation.objects.select_for_update().select_related("thread").get(pk=automation.pk)
+        if locked.thread is None:
+            locked.thread = thread_create(
+                bot=automation.bot,
+                runtime_mode=Thread.RuntimeMode.AUTOMATION,
+                channel=Thread.Channel.AUTOMATION,
+                title=f"Automation: {automation.name}"[:200],
+            )
+            locked.save(update_fields=["thread"])
+    automation.thread = locked.thread
+    return locked.thread
+
+
+def automation_run(*, automation: Automation, run_id: str) -> Message | None:
+    """One run: the prompt as a user_message (mask 0) and the agent's answer (mask 1) in the automation thread.
+
+    `run_id` names the run (the Celery task id, or a fresh uuid for "Run now"); the same run id never runs
+    twice. May raise `TurnRetryLater` (transient provider error): the task retries.
+    """
+    thread = automation_thread_get_or_create(automation=automation)
+    turn, _ = turn_get_or_create(
+        bot=automation.bot,
+        thread=thread,
+        trigger=Turn.Trigger.AUTOMATION,
+        source_message_id=f"automation:{automation.pk}:{run_id}"[:100],
+    )
+    reply = turn_run(turn=turn, user_content=automation.prompt, author=AUTOMATION_AUTHOR)
+    if reply is not None and automation.feishu_chat_id:
+        for poster in list(_posters):
+            transaction.on_commit(lambda poster=poster: poster(automation, turn, reply))
+        if not _posters:
+            logger.warning(
+                "automation has a feishu_chat_id but no poster is registered",
+                extra={"automation_id": automation.pk, "turn_id": turn.pk},
+            )
+    return reply

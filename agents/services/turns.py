@@ -1,0 +1,414 @@
+"""Agent turns: one ledger row per (bot, source message), run idempotently (T2, T3).
+
+`turn_get_or_create` relies on the unique constraint (bot, source_message_id): a duplicate trigger finds the
+existing turn, never a second one. `turn_run` runs in three short steps so no row lock is held while the
+model thinks:
+
+1. claim (one transaction, turn row locked): return the stored reply if the turn already has one; store the
+   user_message if the turn has none (same transaction as linking it, so a re-run after a crash never stores
+   it twice); mark running, count the attempt;
+2. call the provider (no transaction open);
+3. finish (one transaction, turn row locked): store the agent_reply only if the turn still has none — a
+   conditional update on `reply_message IS NULL`, so two racing runs (a redelivered task next to a slow
+   one) still leave exactly one reply.
+
+A worker killed between 1 and 3 leaves a `running` turn with no reply; the redelivered task (acks_late)
+runs it again from step 1 and it completes once. Transient provider errors raise `TurnRetryLater` with the
+backoff to wait (the Celery task retries); permanent ones mark the turn failed with a readable error.
+Delivery is the caller's: REST and automation replies are delivered by being stored; the Feishu bridge
+sends the returned message itself (idempotent by its uuid).
+"""
+
+import logging
+import time
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.llm.base import (
+    ChatMessage,
+    CompletionRequest,
+    CompletionResult,
+    LLMError,
+    PermanentError,
+    RateLimitedError,
+    Usage,
+)
+from agents.llm.registry import llm_client_for, request_as_sent
+from agents.models import Bot, LLMModel, Message, Thread, Turn
+from agents.selectors import context_messages_list
+from agents.services.threads import message_create
+
+logger = logging.getLogger(__name__)
+
+# A model whose window is undeclared (context_window = 0) is assumed to have this many tokens.
+DEFAULT_CONTEXT_WINDOW_TOKENS = 8192
+# Tokens are estimated as characters / 4 (rounded up) plus a small per-message overhead: no tokenizer is
+# shipped for every provider, and this errs on the safe side for Latin text (CJK runs ~1 char/token: the
+# window reserve below leaves room for that).
+CHARS_PER_TOKEN = 4
+MESSAGE_OVERHEAD_TOKENS = 4
+# Transient failures: at most this many attempts in all, waiting base·2^(n-1) seconds (capped) in between.
+TURN_MAX_ATTEMPTS = 5
+TURN_BACKOFF_BASE_SECONDS = 2.0
+TURN_BACKOFF_MAX_SECONDS = 300.0
+EMPTY_ANSWER_RETRY_NOTE = "Your previous answer was empty. Restating the requirement:"
+
+FINISHED_STATUSES = frozenset({Turn.Status.DELIVERED, Turn.Status.FAILED, Turn.Status.GATED, Turn.Status.SKIPPED})
+
+
+class TurnRetryLater(Exception):
+    """A transient provider failure: run the turn again after `countdown_seconds` (the task retries)."""
+
+    def __init__(self, message: str, *, countdown_seconds: float, attempt: int) -> None:
+        super().__init__(message)
+        self.countdown_seconds = countdown_seconds
+        self.attempt = attempt
+
+
+# --- Pure rules (no ORM) -----------------------------------------------------------------------------------
+
+
+def estimate_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
+
+
+def context_budget_tokens(*, context_window: int, max_output_tokens: int, fixed_tokens: int) -> int:
+    """Tokens left for context messages: the window minus the answer's reserve and the fixed parts."""
+    window = context_window or DEFAULT_CONTEXT_WINDOW_TOKENS
+    output_reserve = min(max_output_tokens, window // 4)
+    return max(window - output_reserve - fixed_tokens, 0)
+
+
+def context_fit(*, messages: list[ChatMessage], budget_tokens: int) -> list[ChatMessage]:
+    """The newest contiguous run of `messages` (oldest first) whose estimated tokens fit the budget (T3)."""
+    kept: list[ChatMessage] = []
+    used = 0
+    for message in reversed(messages):
+        cost = estimate_tokens(message.content)
+        if used + cost > budget_tokens:
+            break
+        kept.append(message)
+        used += cost
+    kept.reverse()
+    return kept
+
+
+def backoff_seconds(*, attempt: int, retry_after_seconds: float | None = None) -> float:
+    delay = min(TURN_BACKOFF_BASE_SECONDS * 2 ** (attempt - 1), TURN_BACKOFF_MAX_SECONDS)
+    if retry_after_seconds:
+        delay = max(delay, min(retry_after_seconds, TURN_BACKOFF_MAX_SECONDS))
+    return delay
+
+
+@dataclass(frozen=True)
+class PrimaryInput:
+    request: CompletionRequest
+    context_message_ids: list[int]
+    dropped_context_messages: int
+    budget_tokens: int
+
+
+def primary_input_build(
+    *,
+    model: LLMModel,
+    system_prompt: str,
+    context: list[Message],
+    user_prompt: str,
+    activation_contract: str = "",
+) -> PrimaryInput:
+    """System prompt + the newest context messages that fit + the new prompt (+ the contract, never trimmed)."""
+    fixed = [ChatMessage(role="user", content=text) for text in (user_prompt, activation_contract) if text]
+    system = [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else []
+    budget = context_budget_tokens(
+        context_window=model.context_window,
+        max_output_tokens=model.max_output_tokens,
+        fixed_tokens=sum(estimate_tokens(message.content) for message in (*system, *fixed)),
+    )
+    candidates = [
+        ChatMessage(
+            role="assistant" if message.kind == Message.Kind.AGENT_REPLY else "user",
+            # What the model saw when the message was new (T3): its rendered prompt when it has one.
+            content=message.prompt or message.content,
+        )
+        for message in context
+    ]
+    fitted = context_fit(messages=candidates, budget_tokens=budget)
+    kept_ids = [message.pk for message in context[len(context) - len(fitted) :]] if fitted else []
+    request = CompletionRequest(
+        model=model.name,
+        messages=(*system, *fitted, *fixed),
+        max_output_tokens=model.max_output_tokens,
+    )
+    return PrimaryInput(
+        request=request,
+        context_message_ids=kept_ids,
+        dropped_context_messages=len(context) - len(fitted),
+        budget_tokens=budget,
+    )
+
+
+# --- Services ----------------------------------------------------------------------------------------------
+
+
+def turn_get_or_create(
+    *, bot: Bot, thread: Thread, trigger: str, source_message_id: str, user_message: Message | None = None
+) -> tuple[Turn, bool]:
+    """The turn of (bot, source message): created once, found every other time (T2).
+
+    Django's get_or_create inserts inside a savepoint and, on the unique constraint's IntegrityError, reads
+    the row the other writer committed: safe under concurrency, no check-then-act.
+    """
+    try:
+        return Turn.objects.get_or_create(
+            bot=bot,
+            source_message_id=source_message_id,
+            defaults={"thread": thread, "trigger": trigger, "user_message": user_message},
+        )
+    except IntegrityError:  # pragma: no cover - lost the race between the savepoint and the re-read
+        return Turn.objects.get(bot=bot, source_message_id=source_message_id), False
+
+
+def _claim(*, turn_id: int, user_content: str, user_prompt: str, author: str) -> Turn | Message | None:
+    """Step 1: the stored reply when there is one, None for a finished turn without one, else the claimed turn."""
+    with transaction.atomic():
+        turn = (
+            Turn.objects.select_for_update()
+            .select_related("reply_message", "user_message", "thread", "bot__primary_model__provider")
+            .get(pk=turn_id)
+        )
+        if turn.reply_message is not None:
+            return turn.reply_message
+        if turn.status in FINISHED_STATUSES:
+            return None
+        fields = ["status", "attempts", "started_at"]
+        if turn.user_message is None and (user_content or user_prompt):
+            turn.user_message = message_create(
+                thread=turn.thread,
+                kind=Message.Kind.USER_MESSAGE,
+                content=user_content or user_prompt,
+                prompt=user_prompt if user_prompt and user_prompt != user_content else "",
+                author=author,
+            )
+            fields.append("user_message")
+        turn.status = Turn.Status.RUNNING
+        turn.attempts += 1
+        turn.started_at = turn.started_at or timezone.now()
+        turn.save(update_fields=fields)
+        return turn
+
+
+def _record_attempt(*, turn: Turn, outcome: str, started: float, error: str = "", retry_in: float | None = None):
+    entry = {
+        "attempt": turn.attempts,
+        "at": timezone.now().isoformat(),
+        "outcome": outcome,
+        "duration_ms": int((time.monotonic() - started) * 1000),
+    }
+    if error:
+        entry["error"] = error
+    if retry_in is not None:
+        entry["retry_in_seconds"] = retry_in
+    return [*turn.retry_history, entry]
+
+
+def _fail(*, turn: Turn, error: str, history: list, model_input: dict) -> None:
+    Turn.objects.filter(pk=turn.pk, reply_message__isnull=True).update(
+        status=Turn.Status.FAILED,
+        error=error,
+        retry_history=history,
+        model_input=model_input,
+        finished_at=timezone.now(),
+    )
+    logger.warning(
+        "turn failed",
+        extra={"turn_id": turn.pk, "bot": turn.bot.slug, "attempts": turn.attempts, "error": error},
+    )
+
+
+def _complete_with_contract(*, client, request: CompletionRequest, activation_contract: str) -> CompletionResult:
+    """One call; when the contract demands a message and the answer is empty, exactly one more (P9)."""
+    result = client.complete(request)
+    if result.text.strip() or not activation_contract:
+        return result
+    restated = ChatMessage(role="user", content=f"{EMPTY_ANSWER_RETRY_NOTE}\n{activation_contract}")
+    retry = client.complete(
+        CompletionRequest(
+            model=request.model,
+            messages=(*request.messages, restated),
+            tools=request.tools,
+            forced_tool=request.forced_tool,
+            max_output_tokens=request.max_output_tokens,
+            temperature=request.temperature,
+        )
+    )
+    return CompletionResult(
+        text=retry.text,
+        tool_calls=retry.tool_calls,
+        usage=Usage(
+            input_tokens=result.usage.input_tokens + retry.usage.input_tokens,
+            output_tokens=result.usage.output_tokens + retry.usage.output_tokens,
+        ),
+        raw_finish_reason=retry.raw_finish_reason,
+    )
+
+
+def turn_run(
+    *, turn: Turn, user_content: str = "", user_prompt: str = "", author: str = "", activation_contract: str = ""
+) -> Message | None:
+    """Run the turn once more if it needs it; the reply (stored), or None when the turn ended without one.
+
+    Idempotent: a turn that already has a reply returns it without calling the model. Raises
+    `TurnRetryLater` after a transient provider error while attempts remain.
+    """
+    claimed = _claim(turn_id=turn.pk, user_content=user_content, user_prompt=user_prompt, author=author)
+    if not isinstance(claimed, Turn):
+        turn.refresh_from_db()
+        return claimed
+    turn = claimed
+    model = turn.bot.primary_model
+    started = time.monotonic()
+
+    if turn.user_message is not None:
+        context = [
+            message for message in context_messages_list(thread=turn.thread) if message.pk < turn.user_message.pk
+        ]
+        prompt = user_prompt or turn.user_message.prompt or turn.user_message.content
+    else:
+        context = context_messages_list(thread=turn.thread)
+        prompt = user_prompt or user_content
+    primary = primary_input_build(
+        model=model,
+        system_prompt=turn.bot.system_prompt,
+        context=context,
+        user_prompt=prompt,
+        activation_contract=activation_contract,
+    )
+    model_input: dict = {
+        "provider": model.provider.name,
+        "kind": model.provider.kind,
+        "model": model.name,
+        "context_message_ids": primary.context_message_ids,
+        "dropped_context_messages": primary.dropped_context_messages,
+        "context_budget_tokens": primary.budget_tokens,
+        "messages": [{"role": message.role, "content": message.content} for message in primary.request.messages],
+    }
+
+    try:
+        if not (model.is_enabled and model.provider.is_enabled):
+            raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
+        client = llm_client_for(model=model)
+        model_input["request"] = request_as_sent(client=client, request=primary.request)
+        result = _complete_with_contract(
+            client=client, request=primary.request, activation_contract=activation_contract
+        )
+    except LLMError as exc:
+        error = f"{type(exc).__name__}: {exc.message}"
+        if exc.retryable and turn.attempts < TURN_MAX_ATTEMPTS:
+            retry_after = exc.retry_after_seconds if isinstance(exc, RateLimitedError) else None
+            countdown = backoff_seconds(attempt=turn.attempts, retry_after_seconds=retry_after)
+            history = _record_attempt(turn=turn, outcome="retry", started=started, error=error, retry_in=countdown)
+            Turn.objects.filter(pk=turn.pk, reply_message__isnull=True).update(
+                status=Turn.Status.QUEUED, error=error, retry_history=history, model_input=model_input
+            )
+            logger.info(
+                "turn will retry",
+                extra={"turn_id": turn.pk, "attempt": turn.attempts, "countdown_seconds": countdown, "error": error},
+            )
+            raise TurnRetryLater(error, countdown_seconds=countdown, attempt=turn.attempts) from exc
+        if exc.retryable:
+            error = f"Gave up after {turn.attempts} attempts. Last error: {error}"
+        history = _record_attempt(turn=turn, outcome="failed", started=started, error=error)
+        _fail(turn=turn, error=error, history=history, model_input=model_input)
+        return None
+
+    model_duration_ms = int((time.monotonic() - started) * 1000)
+    if not result.text.strip():
+        error = "The model answered with no text."
+        history = _record_attempt(turn=turn, outcome="failed", started=started, error=error)
+        _fail(turn=turn, error=error, history=history, model_input=model_input)
+        return None
+
+    usage = {
+        "input_tokens": result.usage.input_tokens,
+        "output_tokens": result.usage.output_tokens,
+        "model": model.name,
+        "provider": model.provider.name,
+        "model_duration_ms": model_duration_ms,
+        "finish_reason": result.raw_finish_reason,
+    }
+    history = _record_attempt(turn=turn, outcome="ok", started=started)
+    with transaction.atomic():
+        Turn.objects.select_for_update().filter(pk=turn.pk).first()
+        reply = message_create(
+            thread=turn.thread,
+            kind=Message.Kind.AGENT_REPLY,
+            content=result.text,
+            author=turn.bot.name,
+            usage=usage,
+        )
+        won = Turn.objects.filter(pk=turn.pk, reply_message__isnull=True).update(
+            reply_message=reply,
+            status=Turn.Status.DELIVERED,
+            usage=usage,
+            model_input=model_input,
+            retry_history=history,
+            error="",
+            finished_at=timezone.now(),
+        )
+        if not won:
+            # Another run of this turn stored its reply first: drop ours (rolled back with this transaction).
+            transaction.set_rollback(True)
+    turn.refresh_from_db()
+    if won:
+        logger.info(
+            "turn delivered",
+            extra={
+                "turn_id": turn.pk,
+                "bot": turn.bot.slug,
+                "thread_id": turn.thread_id,
+                "attempts": turn.attempts,
+                "input_tokens": usage["input_tokens"],
+                "output_tokens": usage["output_tokens"],
+                "model_duration_ms": model_duration_ms,
+            },
+        )
+    return turn.reply_message
+
+
+# --- REST chat and reads -----------------------------------------------------------------------------------
+
+REST_MESSAGE_MAX_CHARS = 32000
+
+
+def rest_message_post(*, thread: Thread, content: str, author: str = "") -> tuple[Message, Turn]:
+    """REST chat: store the user message (mask from the thread, V4), create its turn, run it after commit."""
+    from agents.tasks import turn_run_task
+
+    with transaction.atomic():
+        message = message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content=content, author=author)
+        turn, _ = turn_get_or_create(
+            bot=thread.bot,
+            thread=thread,
+            trigger=Turn.Trigger.REST,
+            source_message_id=f"rest:{message.pk}",
+            user_message=message,
+        )
+        transaction.on_commit(lambda: turn_run_task.delay(turn.pk))
+    return message, turn
+
+
+def turn_get(*, user, turn_id: int) -> Turn:
+    """A turn of a bot the user owns (staff: any); NotFoundError otherwise, so ids do not leak."""
+    from amuxweb.exceptions import NotFoundError
+
+    turns = Turn.objects.select_related("bot", "reply_message")
+    if not user.is_authenticated:
+        turns = turns.none()
+    elif not user.is_staff:
+        turns = turns.filter(bot__owner=user)
+    try:
+        return turns.get(pk=turn_id)
+    except Turn.DoesNotExist:
+        raise NotFoundError("Turn not found.", extra={"turn_id": turn_id}) from None
