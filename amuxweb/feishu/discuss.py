@@ -79,8 +79,18 @@ def _fire_enqueue(*, wake_id: int, eta: datetime) -> None:
 def discuss_wake_schedule(
     *, bot: Bot, chat_id: str, root_msg_id: str, message_id: str, now: datetime | None = None
 ) -> DiscussWake:
-    """Open or extend the pending wake of (bot, chat, topic) for one more group message (P10)."""
+    """Open or extend the pending wake of (bot, chat, topic) for one more group message (P10).
+
+    In a workspace with one continuous session per group, the whole group is the topic: its key is
+    SessionBinding.GROUP_SCOPE_KEY, so a burst across top-level messages is still one probe.
+    """
+    from threadcontext.models import SessionBinding, Workspace
+    from threadcontext.selectors import workspace_get
+
     now = now or timezone.now()
+    workspace = workspace_get(bot_profile=bot.slug, chat_id=chat_id)
+    if workspace is not None and workspace.session_scope == Workspace.SessionScope.GROUP:
+        root_msg_id = SessionBinding.GROUP_SCOPE_KEY
     initial, maximum = debounce_delays(bot=bot)
     for _ in range(3):
         with transaction.atomic():
@@ -128,13 +138,12 @@ def discuss_transcript_build(
     This bot's own outputs are assistant turns (actions it already took); everything else - people, the topic
     root, other bots - is a labelled user line, never trusted as instructions.
     """
-    from threadcontext.models import ThreadContextItem
+    from threadcontext.models import SessionBinding, ThreadContextItem
 
-    rows = list(
-        ThreadContextItem.objects.filter(chat_id=chat_id, root_msg_id=root_msg_id)
-        .order_by("-id")
-        .values("bridge_id", "item_type", "author_label", "text")[:limit]
-    )
+    items = ThreadContextItem.objects.filter(chat_id=chat_id)
+    if root_msg_id != SessionBinding.GROUP_SCOPE_KEY:  # the group key reads the whole chat
+        items = items.filter(root_msg_id=root_msg_id)
+    rows = list(items.order_by("-id").values("bridge_id", "item_type", "author_label", "text")[:limit])
     rows.reverse()
     transcript = []
     for row in rows:

@@ -5,6 +5,7 @@ from django.core.cache import cache
 
 from agents.models import Bot, Provider, UserProfile
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory
+from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401  (the bridge's harness)
 
 MODEL_NAMES = {
     "openai_chat": "gpt-4o-mini",
