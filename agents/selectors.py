@@ -19,6 +19,7 @@ from amuxweb.exceptions import ApplicationError, NotFoundError
 
 HISTORY_PAGE_SIZE_DEFAULT = 50
 HISTORY_PAGE_SIZE_MAX = 200
+MAX_MESSAGE_ID = 2**63 - 1  # a BigAutoField; a cursor past it was never handed out
 
 
 class InvalidCursorError(ApplicationError):
@@ -90,7 +91,7 @@ def history_cursor_decode(*, cursor: str) -> int:
         before_id = json.loads(raw)["before"]
     except (binascii.Error, ValueError, TypeError, KeyError):
         raise InvalidCursorError("Malformed cursor.", extra={"cursor": cursor[:100]}) from None
-    if type(before_id) is not int or before_id <= 0:
+    if type(before_id) is not int or not 0 < before_id <= MAX_MESSAGE_ID:
         raise InvalidCursorError("Malformed cursor.", extra={"cursor": cursor[:100]})
     return before_id
 

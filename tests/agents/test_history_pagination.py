@@ -3,10 +3,12 @@
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from agents.selectors import history_cursor_decode, history_cursor_encode, message_history_page
+from agents.selectors import context_messages_list, history_cursor_decode, history_cursor_encode, message_history_page
 from agents.services.threads import message_create, thread_create
 from tests.agents.factories import BotFactory, MessageFactory, ThreadFactory
 
@@ -132,3 +134,39 @@ def test_v5_a_deep_page_runs_the_same_single_query_as_the_first_no_offset():
     assert "OFFSET" not in first_sql and "OFFSET" not in deep_sql
     assert "LIMIT 3" in first_sql and "LIMIT 3" in deep_sql
     assert '"ID" <' in deep_sql.replace('"AGENTS_MESSAGE".', "")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    runtime_mode=st.sampled_from(["chat", "automation"]),
+    kinds=st.lists(st.sampled_from(["user_message", "agent_reply"]), max_size=30),
+    page_size=st.integers(min_value=1, max_value=8),
+    arrivals=st.lists(st.sampled_from(["user_message", "agent_reply"]), max_size=5),
+)
+def test_v3_v5_any_thread_walks_to_exactly_its_history_and_context_is_exactly_mask_2(
+    runtime_mode, kinds, page_size, arrivals
+):
+    """Property: for any mix of kinds, the keyset walk (with arrivals between pages) equals the mask & 1 subset at
+    the first fetch, newest first, each once; context equals the mask & 2 subset, oldest first."""
+    # given
+    thread = thread_create(bot=BotFactory(), runtime_mode=runtime_mode, channel="rest")
+    messages = [message_create(thread=thread, kind=kind, content=kind) for kind in kinds]
+    pending = list(arrivals)
+
+    # when
+    walked, cursor = [], None
+    while True:
+        page = message_history_page(thread=thread, cursor=cursor, page_size=page_size)
+        walked.extend(message.pk for message in page.messages)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+        if pending:
+            message_create(thread=thread, kind=pending.pop(), content="late")
+
+    # then
+    assert walked == [m.pk for m in reversed(messages) if m.visibility_mask & 1]
+    expected_context = [m.pk for m in messages if m.visibility_mask & 2]
+    assert [m.pk for m in context_messages_list(thread=thread)][: len(expected_context)] == expected_context
+    if runtime_mode == "automation":
+        assert context_messages_list(thread=thread) == []

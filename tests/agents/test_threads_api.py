@@ -70,6 +70,7 @@ def test_thread_endpoints_404_for_a_thread_that_does_not_exist(people):
     # when / then
     for endpoint in THREAD_ENDPOINTS:
         assert client.get(THREADS_URL + endpoint.format(id=999999)).status_code == 404
+        assert client.get(THREADS_URL + endpoint.format(id=10**30)).status_code == 404
 
 
 @pytest.mark.parametrize(
@@ -231,10 +232,17 @@ def test_service_refuses_an_unknown_runtime_mode_and_writes_nothing(people):
 
 @pytest.mark.parametrize(
     "query",
-    ["cursor=garbage", "cursor=eyJiZWZvcmUiOiAiMSJ9", "cursor=eyJiZWZvcmUiOiAtNX0", "cursor=bnVsbA", "cursor=%00"],
+    [
+        "cursor=garbage",
+        "cursor=eyJiZWZvcmUiOiAiMSJ9",
+        "cursor=eyJiZWZvcmUiOiAtNX0",
+        "cursor=bnVsbA",
+        "cursor=%00",
+        "cursor=eyJiZWZvcmUiOiA5MjIzMzcyMDM2ODU0Nzc1ODA4fQ",
+    ],
 )
 def test_history_malformed_cursor_is_400(people, query):
-    # given (the cursors are: not base64 JSON, {"before": "1"}, {"before": -5}, null, a NUL byte)
+    # given (the cursors are: not base64 JSON, {"before": "1"}, {"before": -5}, null, a NUL byte, {"before": 2**63})
     thread = ThreadFactory(bot=people["bot"])
 
     # when
