@@ -85,15 +85,23 @@ def test_c13_writing_an_event_prunes_expired_events():
     assert list(ThreadContextItem.objects.values_list("text", flat=True)) == ["fresh"]
 
 
-def test_c13_on_write_pruning_runs_at_most_once_a_minute_per_process():
+def test_c13_on_write_pruning_runs_at_most_once_a_minute_per_process(mocker):
+    # given: a controlled clock; the first write of the process prunes (nothing is expired yet)
+    clock = {"now": 1000.0}
+    mocker.patch("threadcontext.services.retention.time.monotonic", side_effect=lambda: clock["now"])
     prune_clock_reset()
-    assert thread_context_prune_if_due(now_monotonic=1000.0) is not None
     record_outputs(1, prefix="om_old")
     age(31, message_prefix="om_old")
-    assert thread_context_prune_if_due(now_monotonic=1000.0 + PRUNE_INTERVAL_SECONDS - 1) is None
-    assert ThreadEvent.objects.count() == 1
-    assert thread_context_prune_if_due(now_monotonic=1000.0 + PRUNE_INTERVAL_SECONDS).events == 1
-    assert ThreadEvent.objects.count() == 0
+    # when: a write 59 s later does not prune
+    clock["now"] = 1000.0 + PRUNE_INTERVAL_SECONDS - 1
+    record_outputs(1, prefix="om_a")
+    assert ThreadEvent.objects.filter(message_id__startswith="om_old").count() == 1
+    assert thread_context_prune_if_due() is None
+    # then: a write a minute after the last prune does
+    clock["now"] = 1000.0 + PRUNE_INTERVAL_SECONDS
+    record_outputs(1, prefix="om_b")
+    assert ThreadEvent.objects.filter(message_id__startswith="om_old").count() == 0
+    assert sorted(ThreadEvent.objects.values_list("message_id", flat=True)) == ["om_a_0", "om_b_0"]
 
 
 def test_c13_the_daily_beat_task_prunes():

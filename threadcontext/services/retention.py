@@ -107,10 +107,10 @@ def thread_context_prune(
     return total
 
 
-def thread_context_prune_if_due(*, now_monotonic: float | None = None) -> PruneResult | None:
+def thread_context_prune_if_due() -> PruneResult | None:
     """The on-write prune: at most once a minute per process, a bounded amount of work. None when not due."""
     global _last_prune_at
-    current = time.monotonic() if now_monotonic is None else now_monotonic
+    current = time.monotonic()
     if _last_prune_at is not None and current - _last_prune_at < PRUNE_INTERVAL_SECONDS:
         return None
     _last_prune_at = current
