@@ -10,6 +10,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
 
+from agents.admin.turns import test_connection
 from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
 from agents.services.threads import thread_create
 
@@ -109,6 +110,7 @@ class ProviderAdmin(admin.ModelAdmin):
         "is_enabled",
     ]
     inlines = [LLMModelInline]
+    actions = [test_connection]
 
     @admin.display(description="API key")
     def api_key_state(self, provider: Provider) -> str:
@@ -131,6 +133,7 @@ class LLMModelAdmin(admin.ModelAdmin):
     search_fields = ["name", "display_name", "provider__name"]
     list_select_related = ["provider"]
     autocomplete_fields = ["provider"]
+    actions = [test_connection]
 
 
 @admin.register(UserProfile)
@@ -263,7 +266,7 @@ class MessageAdmin(admin.ModelAdmin):
     search_fields = ["content", "author", "external_message_id"]
     search_help_text = "Content, author or external message id. Filter by thread with ?thread__id__exact=N."
     list_select_related = ["thread", "thread__bot"]
-    date_hierarchy = "created_at"
+    # No date_hierarchy and no full count: this table is the big one (millions of rows).
     show_full_result_count = False
 
     def has_add_permission(self, request) -> bool:
