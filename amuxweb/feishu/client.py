@@ -53,6 +53,11 @@ class FeishuApiError(Exception):
     def is_rate_limited(self) -> bool:
         return self.code in RATE_LIMIT_CODES or self.http_status == 429
 
+    @property
+    def is_retryable(self) -> bool:
+        """A later try may succeed: rate limits, transport failures (no code), Feishu's own 5xx."""
+        return self.is_rate_limited or self.code is None or (self.http_status or 0) >= 500
+
 
 @dataclass(frozen=True)
 class SentMessage:
@@ -128,9 +133,10 @@ def _rate_limit_wait(response: Any) -> float:
 
 
 def feishu_call(
-    *, bot: Bot, operation: str, call: Callable[[lark.Client], Any], sleep: Callable[[float], None] = time.sleep
+    *, bot: Bot, operation: str, call: Callable[[lark.Client], Any], sleep: Callable[[float], None] | None = None
 ) -> Any:
     """Run one SDK call with the bridge's retry policy; returns the successful response or raises."""
+    sleep = sleep or time.sleep  # resolved per call so tests can patch time.sleep
     token_refreshed = False
     last_error: FeishuApiError | None = None
     for attempt in range(1, MAX_CALL_ATTEMPTS + 1):
@@ -175,7 +181,7 @@ def message_reply(
     text: str,
     uuid: str,
     reply_in_thread: bool,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
 ) -> SentMessage:
     body = (
         ReplyMessageRequestBody.builder()
@@ -193,7 +199,7 @@ def message_reply(
 
 
 def message_create(
-    *, bot: Bot, chat_id: str, text: str, uuid: str, sleep: Callable[[float], None] = time.sleep
+    *, bot: Bot, chat_id: str, text: str, uuid: str, sleep: Callable[[float], None] | None = None
 ) -> SentMessage:
     body = (
         CreateMessageRequestBody.builder()
@@ -210,7 +216,7 @@ def message_create(
     return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
 
 
-def message_get(*, bot: Bot, message_id: str, sleep: Callable[[float], None] = time.sleep) -> FetchedMessage:
+def message_get(*, bot: Bot, message_id: str, sleep: Callable[[float], None] | None = None) -> FetchedMessage:
     request = GetMessageRequest.builder().message_id(message_id).build()
     response = feishu_call(bot=bot, operation="message.get", call=lambda c: c.im.v1.message.get(request), sleep=sleep)
     items = response.data.items or []
@@ -235,7 +241,7 @@ def message_get(*, bot: Bot, message_id: str, sleep: Callable[[float], None] = t
     )
 
 
-def bot_info_open_id(*, bot: Bot, sleep: Callable[[float], None] = time.sleep) -> str:
+def bot_info_open_id(*, bot: Bot, sleep: Callable[[float], None] | None = None) -> str:
     """`GET /open-apis/bot/v3/info` -> bot.open_id (F6); the SDK has no typed call for it."""
     request = (
         BaseRequest.builder()

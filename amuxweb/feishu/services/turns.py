@@ -233,7 +233,9 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
                 _turn_skip(turn=turn, reason=f"Quoted message unreadable ({error.code}).")
                 return "quoted_read_failed"
         topic_root_text = None
-        if root_due and not parsed.is_topic_root:
+        quoting_the_root = quoted_text is not None and parsed.parent_id == parsed.root_msg_id
+        if root_due and not parsed.is_topic_root and not quoting_the_root:
+            # (a quoted root is already the turn's background: it is neither fetched nor injected twice)
             topic_root_text = _topic_root_text(bot=bot, parsed=parsed)
         if not request_is_submittable(
             request_text=request_text, topic_root_due=topic_root_text is not None, quoted_text=quoted_text
@@ -286,7 +288,15 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
     try:
         rows = deliveries_send(deliveries=rows)
     except feishu_client.FeishuApiError as error:
-        raise FeishuTurnRetry(f"delivery failed: {error.code} {error.message}", countdown=30.0) from error
+        reason = f"Delivery failed: {error.code} {error.message}"
+        if error.is_retryable:
+            raise FeishuTurnRetry(reason, countdown=30.0) from error
+        # Permanent (bot removed from the chat, message recalled...): visible on the turn in the admin.
+        Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.FAILED, error=reason[:2000])
+        logger.warning(
+            "feishu delivery failed permanently", extra={"bot": bot.slug, "turn": turn.pk, "code": error.code}
+        )
+        return "delivery_failed"
 
     output_message_id = rows[0].feishu_message_id or f"amux-turn-{turn.pk}"
     thread_event_record_agent_output(
