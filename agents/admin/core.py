@@ -46,6 +46,8 @@ class SecretFieldsForm(forms.ModelForm):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         for name in self.secret_fields:
+            # The stored secret never enters the form: blank initial, so "left blank" is also "unchanged".
+            self.initial[name] = ""
             if name in self.fields:
                 is_set = bool(self.instance.pk and getattr(self.instance, name))
                 self.fields[name].help_text = f"{SECRET_HELP_TEXT} Currently {secret_state(is_set)}."

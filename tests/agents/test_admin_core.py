@@ -1,6 +1,7 @@
 """The agents admin: every changelist and form renders, secrets are write-only, masks and modes are not editable."""
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -112,10 +113,11 @@ def test_blank_secret_keeps_the_stored_value(admin_client, bot_with_secrets):
         f"/admin/agents/bot/{bot_with_secrets.pk}/change/", _bot_form_data(bot_with_secrets, name="Planner 2")
     )
 
-    # then
+    # then: the secrets are kept and the admin log records only the field that changed
     assert response.status_code == 302
     bot = Bot.objects.get(pk=bot_with_secrets.pk)
     assert bot.name == "Planner 2"
+    assert LogEntry.objects.get().get_change_message() == "Changed Name."
     assert (bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token) == (
         APP_SECRET,
         ENCRYPT_KEY,
