@@ -88,7 +88,13 @@ class Bot(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
         # The judge must be able to call `decide` (P11): a model without tool calls would fail closed on every wake.
-        limit_choices_to={"is_enabled": True, "supports_tool_calls": True, "provider__is_enabled": True},
+        # A provider kind without an adapter (written around the admin) is "unknown" and never listed either.
+        limit_choices_to={
+            "is_enabled": True,
+            "supports_tool_calls": True,
+            "provider__is_enabled": True,
+            "provider__kind__in": ["openai_chat", "openai_responses", "anthropic", "gemini", "local_rules"],
+        },
         help_text="The discuss probe's judge when the probe mode is 'model'. Clearing it returns to 'inherit'.",
     )
     # Debounce of discuss wakes (P10); null = the hub's defaults.

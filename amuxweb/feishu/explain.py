@@ -1,0 +1,131 @@
+"""One screen per discuss wake or bridge turn: the gate, the context decision and the delivery (P11, C12).
+
+A selector only: it reads the wake, its probe judgements, its turn, threadcontext's decision for that turn
+and the outbound deliveries, and returns one plain dict the admin template (and a test) reads. It lives in the
+bridge because it needs every app; probe and threadcontext stay ignorant of each other.
+"""
+
+from typing import Any
+
+from agents.models import Turn
+from amuxweb.feishu.models import DiscussWake, OutboundDelivery
+from probe.models import ProbeJudgement
+
+
+class ExplainNotFound(Exception):
+    """Neither a wake nor a turn with that id exists."""
+
+
+def _gate(judgements: list[ProbeJudgement]) -> list[dict[str, Any]]:
+    return [
+        {
+            "judgement_id": judgement.pk,
+            "ran": judgement.gate_ran,
+            "cause": judgement.cause,
+            "outcome": judgement.outcome,
+            "activated": judgement.activated,
+            "reason": judgement.reason,
+            "error": judgement.error,
+            "model": str(judgement.model) if judgement.model_id else "",
+            "input_tokens": judgement.input_tokens,
+            "output_tokens": judgement.output_tokens,
+            "latency_ms": judgement.duration_ms,
+            "created_at": judgement.created_at,
+        }
+        for judgement in judgements
+    ]
+
+
+def _context(turn: Turn | None) -> dict[str, Any] | None:
+    if turn is None or turn.context_decision_id is None:
+        return None
+    from threadcontext.explain import decision_explain_data
+    from threadcontext.models import ThreadContextDecision
+
+    decision = ThreadContextDecision.objects.filter(pk=turn.context_decision_id).first()
+    if decision is None:
+        return None
+    data = decision_explain_data(decision=decision)
+    diagnostics = data["diagnostics"]
+    return {
+        **data,
+        # What the one screen needs at a glance: what went in, what was left out and why, what was trimmed.
+        "trimmed": {key: value for key, value in diagnostics.items() if "trim" in key or "truncat" in key},
+    }
+
+
+def _delivery(turn: Turn | None) -> list[dict[str, Any]]:
+    if turn is None:
+        return []
+    return [
+        {
+            "chunk_index": delivery.chunk_index,
+            "status": delivery.status,
+            "chat_id": delivery.chat_id,
+            "reply_to_message_id": delivery.reply_to_message_id,
+            "reply_in_thread": delivery.reply_in_thread,
+            "feishu_message_id": delivery.feishu_message_id,
+            "attempts": delivery.attempts,
+            "error": delivery.error,
+            "chars": len(delivery.content),
+            "sent_at": delivery.sent_at,
+        }
+        for delivery in OutboundDelivery.objects.filter(turn=turn).order_by("chunk_index")
+    ]
+
+
+def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None) -> dict[str, Any]:
+    """Everything about one wake (and the turn it started), or about one turn (and the wake behind it, if any)."""
+    wake = None
+    turn = None
+    if wake_id is not None:
+        wake = DiscussWake.objects.select_related("bot", "turn").filter(pk=wake_id).first()
+        if wake is None:
+            raise ExplainNotFound(f"No discuss wake {wake_id}.")
+        turn = wake.turn
+    elif turn_id is not None:
+        turn = Turn.objects.select_related("bot").filter(pk=turn_id).first()
+        if turn is None:
+            raise ExplainNotFound(f"No turn {turn_id}.")
+        wake = DiscussWake.objects.filter(turn=turn).first()
+    else:
+        raise ExplainNotFound("Give a wake id or a turn id.")
+    judgements = ProbeJudgement.objects.select_related("model")
+    if wake is not None:
+        judgements = judgements.filter(wake_id=wake.pk)
+    else:
+        judgements = judgements.filter(turn=turn)
+    bot = wake.bot if wake is not None else turn.bot
+    return {
+        "bot": {"id": bot.pk, "name": bot.name, "slug": bot.slug, "probe_mode": bot.discuss_probe_mode},
+        "wake": None
+        if wake is None
+        else {
+            "id": wake.pk,
+            "chat_id": wake.chat_id,
+            "root_msg_id": wake.root_msg_id,
+            "status": wake.status,
+            "message_ids": list(wake.message_ids),
+            "first_message_at": wake.first_message_at,
+            "due_at": wake.due_at,
+            "deadline_at": wake.deadline_at,
+            "attempts": wake.attempts,
+            "error": wake.error,
+        },
+        # No judgement for a turn means no gate: DMs, mentions and REST never run it (P1).
+        "gate": _gate(list(judgements.order_by("id"))),
+        "turn": None
+        if turn is None
+        else {
+            "id": turn.pk,
+            "trigger": turn.trigger,
+            "status": turn.status,
+            "source_message_id": turn.source_message_id,
+            "attempts": turn.attempts,
+            "error": turn.error,
+            "usage": turn.usage,
+            "duration_ms": turn.duration_ms,
+        },
+        "context": _context(turn),
+        "delivery": _delivery(turn),
+    }
