@@ -1,1 +1,184 @@
-"""ModelAdmins for turns and automations."""
+"""ModelAdmins for turns and automations, and the "test connection" action of providers and models.
+
+The turn detail page is read-only and shows what an operator needs to answer "what did the model get and
+what did it say": the request as sent, the output, usage, timings and every attempt.
+"""
+
+import json
+import uuid
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from agents.llm.base import LLMError
+from agents.llm.registry import llm_connection_test
+from agents.models import Automation, LLMModel, Provider, Turn
+from agents.services.automations import automation_delete, automation_save
+
+MAX_ERROR_COLUMN_CHARS = 80
+
+
+def pretty_json(value) -> str:
+    return format_html(
+        '<pre style="white-space: pre-wrap; max-width: 100em">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
+    )
+
+
+def pre(text: str) -> str:
+    return format_html('<pre style="white-space: pre-wrap; max-width: 100em">{}</pre>', text or "-")
+
+
+@admin.register(Turn)
+class TurnAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "status",
+        "trigger",
+        "bot",
+        "thread_link",
+        "duration",
+        "tokens",
+        "attempts",
+        "short_error",
+        "queued_at",
+    ]
+    list_filter = ["status", "trigger", "bot"]
+    search_fields = ["source_message_id", "bot__slug", "error"]
+    list_select_related = ["bot", "thread"]
+    date_hierarchy = "queued_at"
+    fields = [
+        "bot",
+        "thread_link",
+        "trigger",
+        "source_message_id",
+        "status",
+        "error",
+        "attempts",
+        "queued_at",
+        "started_at",
+        "finished_at",
+        "duration",
+        "user_message_view",
+        "output",
+        "usage_view",
+        "model_input_view",
+        "retry_history_view",
+        "context_decision_id",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # turns are written by conversations only
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    @admin.display(description="Thread")
+    def thread_link(self, turn: Turn) -> str:
+        url = reverse("admin:agents_thread_change", args=[turn.thread_id])
+        return format_html('<a href="{}">{}</a>', url, turn.thread_id)
+
+    @admin.display(description="Duration")
+    def duration(self, turn: Turn) -> str:
+        return "-" if turn.duration_ms is None else f"{turn.duration_ms} ms"
+
+    @admin.display(description="Tokens in / out")
+    def tokens(self, turn: Turn) -> str:
+        if not turn.usage:
+            return "-"
+        return f"{turn.usage.get('input_tokens', 0)} / {turn.usage.get('output_tokens', 0)}"
+
+    @admin.display(description="Error")
+    def short_error(self, turn: Turn) -> str:
+        if len(turn.error) <= MAX_ERROR_COLUMN_CHARS:
+            return turn.error
+        return turn.error[: MAX_ERROR_COLUMN_CHARS - 1] + "…"
+
+    @admin.display(description="User message (what the person wrote / what the model saw)")
+    def user_message_view(self, turn: Turn) -> str:
+        message = turn.user_message
+        if message is None:
+            return "-"
+        if message.prompt and message.prompt != message.content:
+            return format_html("{}<p>Prompt as the model saw it:</p>{}", pre(message.content), pre(message.prompt))
+        return pre(message.content)
+
+    @admin.display(description="Output")
+    def output(self, turn: Turn) -> str:
+        return pre(turn.reply_message.content) if turn.reply_message else "-"
+
+    @admin.display(description="Usage")
+    def usage_view(self, turn: Turn) -> str:
+        return pretty_json(turn.usage)
+
+    @admin.display(description="Model input (as sent)")
+    def model_input_view(self, turn: Turn) -> str:
+        return pretty_json(turn.model_input)
+
+    @admin.display(description="Attempts and retries")
+    def retry_history_view(self, turn: Turn) -> str:
+        return pretty_json(turn.retry_history)
+
+
+@admin.register(Automation)
+class AutomationAdmin(admin.ModelAdmin):
+    list_display = ["name", "bot", "schedule", "is_enabled", "feishu_chat_id", "thread_link", "created_at"]
+    list_filter = ["is_enabled", "bot"]
+    search_fields = ["name", "prompt", "bot__slug"]
+    list_select_related = ["bot", "schedule", "thread"]
+    fields = ["bot", "name", "prompt", "schedule", "feishu_chat_id", "is_enabled", "thread_link", "periodic_task"]
+    readonly_fields = ["thread_link", "periodic_task"]
+    actions = ["run_now"]
+
+    @admin.display(description="Thread")
+    def thread_link(self, automation: Automation) -> str:
+        if not automation.thread_id:
+            return "- (created on the first run)"
+        url = reverse("admin:agents_thread_change", args=[automation.thread_id])
+        return format_html('<a href="{}">{}</a>', url, automation.thread)
+
+    def save_model(self, request, obj: Automation, form, change: bool) -> None:
+        automation_save(automation=obj)  # saves and syncs the beat schedule
+
+    def delete_model(self, request, obj: Automation) -> None:
+        automation_delete(automation=obj)
+
+    def delete_queryset(self, request, queryset: QuerySet[Automation]) -> None:
+        for automation in queryset:
+            automation_delete(automation=automation)
+
+    @admin.action(description="Run now")
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Automation]) -> None:
+        from agents.tasks import automation_run_task
+
+        for automation in queryset:
+            automation_run_task.delay(automation.pk, f"run-now-{uuid.uuid4().hex}")
+        self.message_user(request, f"Queued {queryset.count()} automation run(s).", messages.SUCCESS)
+
+
+@admin.action(description="Test connection (one tiny call)")
+def test_connection(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
+    """For Provider and LLMModel changelists: one tiny call per model, the result reported per row."""
+    if queryset.model is Provider:
+        models: list[LLMModel] = []
+        for provider in queryset:
+            model = provider.models.filter(is_enabled=True).order_by("id").first()
+            if model is None:
+                modeladmin.message_user(request, f"{provider.name}: no enabled model to test with.", messages.WARNING)
+            else:
+                models.append(model)
+    else:
+        models = list(queryset.select_related("provider"))
+    for model in models:
+        label = f"{model.provider.name} / {model.name}"
+        if model.provider.kind == Provider.Kind.LOCAL_RULES:
+            label += " (rule-based, offline)"
+        try:
+            answer, elapsed_ms = llm_connection_test(model=model)
+        except LLMError as exc:
+            modeladmin.message_user(request, f"{label}: {type(exc).__name__}: {exc.message}", messages.ERROR)
+            continue
+        modeladmin.message_user(request, f"{label}: OK in {elapsed_ms} ms, answered {answer[:80]!r}", messages.SUCCESS)

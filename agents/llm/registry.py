@@ -61,3 +61,23 @@ def request_as_sent(*, client: LLMClient, request) -> dict:
     """The JSON body the adapter sends for `request` (what the admin shows as "model input as sent")."""
     body = getattr(client, "request_body", None)
     return body(request) if body else {}
+
+
+CONNECTION_TEST_PROMPT = "Reply with the single word: pong"
+
+
+def llm_connection_test(*, model: LLMModel) -> tuple[str, int]:
+    """One tiny call to `model`: (its answer, milliseconds). Raises the provider's LLMError on failure."""
+    import time
+
+    from agents.llm.base import ChatMessage, CompletionRequest
+
+    request = CompletionRequest(
+        model=model.name,
+        messages=(ChatMessage(role="user", content=CONNECTION_TEST_PROMPT),),
+        max_output_tokens=16,
+    )
+    started = time.monotonic()
+    result = llm_client_for(model=model).complete(request)
+    answer = result.text or ", ".join(call.name for call in result.tool_calls)
+    return answer, int((time.monotonic() - started) * 1000)
