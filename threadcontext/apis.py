@@ -30,7 +30,7 @@ CONTEXT_DECISION_ERROR = inline_serializer(
 def decision_access_allowed(*, user, bot_profile: str) -> bool:
     if user.is_staff:
         return True
-    check_path = getattr(settings, "AMUX_CONTEXT_DECISION_ACCESS_CHECK", "")
+    check_path = settings.AMUX_CONTEXT_DECISION_ACCESS_CHECK
     if not check_path or not bot_profile:
         return False
     return bool(import_string(check_path)(user, bot_profile))

@@ -155,6 +155,9 @@ CELERY_BEAT_SCHEDULE["thread-context-prune"] = {
     "task": "threadcontext.tasks.thread_context_prune",
     "schedule": 24 * 3600.0,
 }
+# Who besides staff may read /api/v1/context/decisions/: a dotted path to check(user, bot_profile) -> bool
+# (threadcontext cannot import agents); empty = staff only.
+AMUX_CONTEXT_DECISION_ACCESS_CHECK = env("AMUX_CONTEXT_DECISION_ACCESS_CHECK", default="")
 
 # --- Probe gate (P3, P10): debounce defaults of discuss wakes (a bot may override), config cache -----------
 AMUX_PROBE_DEBOUNCE_INITIAL_MS = env.int("AMUX_PROBE_DEBOUNCE_INITIAL_MS", default=3000)

@@ -81,7 +81,7 @@ class InboundMessage:
     sender_id: str = ""
     sender_type: str = SENDER_USER
     sender_name: str = ""
-    mentions: tuple[Mention, ...] = ()
+    mentions: Sequence[Mention] = ()
     message_type: str = "text"
     is_this_bot_addressed: bool = False
     is_slash_command: bool = False
