@@ -1,0 +1,90 @@
+"""Admin lists of the bridge's durable state: inbound events (with "reprocess"), deliveries, discuss wakes."""
+
+import json
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from amuxweb.feishu.models import DiscussWake, InboundEvent, OutboundDelivery
+
+
+def _pretty(value) -> str:
+    return format_html(
+        '<pre style="white-space: pre-wrap; max-width: 100em">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
+    )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The rows are written by the bridge only; an operator reads them and uses the actions."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(InboundEvent)
+class InboundEventAdmin(ReadOnlyAdmin):
+    list_display = ["id", "bot", "event_type", "message_id", "status", "attempts", "short_error", "received_at"]
+    list_filter = ["status", "event_type", "bot"]
+    search_fields = ["message_id", "event_id"]
+    date_hierarchy = "received_at"
+    list_select_related = ["bot"]
+    readonly_fields = [
+        "bot",
+        "event_id",
+        "message_id",
+        "event_type",
+        "status",
+        "attempts",
+        "error",
+        "received_at",
+        "claimed_at",
+        "processed_at",
+        "payload_pretty",
+    ]
+    exclude = ["payload"]
+    actions = ["reprocess"]
+
+    @admin.display(description="error")
+    def short_error(self, obj: InboundEvent) -> str:
+        return obj.error[:80]
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: InboundEvent) -> str:
+        return _pretty(obj.payload)
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        # the reprocess action needs change permission; the form itself is all read-only fields
+        return request.user.has_perm("feishu.change_inboundevent")
+
+    @admin.action(description="Reprocess the selected events")
+    def reprocess(self, request: HttpRequest, queryset: QuerySet[InboundEvent]) -> None:
+        from amuxweb.feishu.services import inbound_event_reprocess
+
+        count = 0
+        for event in queryset:
+            inbound_event_reprocess(event=event)
+            count += 1
+        self.message_user(request, f"{count} event(s) queued for processing again.", messages.SUCCESS)
+
+
+@admin.register(OutboundDelivery)
+class OutboundDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ["id", "bot", "turn", "chunk_index", "status", "reply_in_thread", "feishu_message_id", "created_at"]
+    list_filter = ["status", "bot", "reply_in_thread"]
+    search_fields = ["uuid", "feishu_message_id", "reply_to_message_id", "chat_id"]
+    list_select_related = ["bot", "turn"]
+    readonly_fields = [field.name for field in OutboundDelivery._meta.fields]
+
+
+@admin.register(DiscussWake)
+class DiscussWakeAdmin(ReadOnlyAdmin):
+    list_display = ["id", "bot", "chat_id", "root_msg_id", "status", "attempts", "due_at", "turn", "updated_at"]
+    list_filter = ["status", "bot"]
+    search_fields = ["chat_id", "root_msg_id", "last_message_id"]
+    list_select_related = ["bot", "turn"]
+    readonly_fields = [field.name for field in DiscussWake._meta.fields]
