@@ -1,0 +1,132 @@
+"""Scripted Feishu conversations for `feishu_simulate`, demos and load tests: parse a script, build the signed,
+encrypted pushes Feishu would send, POST them to a running hub.
+
+Script lines (blank lines and `#` comments are skipped):
+    root: <text>              a new topic (un-@)
+    @<slug> <text>            an @ of that bot in the current topic (several: `@planner @coder text`)
+    say: <text>               un-@ discussion in the current topic
+    dm: <text>                a direct message to the bot
+"""
+
+import json
+import secrets
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from agents.models import Bot
+from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+
+DEFAULT_SCRIPT = """\
+# Planner then Coder in one topic
+root: We need an H5 snake game for the team offsite
+say: keep it simple, keyboard only
+@{bot} draft a plan in three steps
+@{bot} now list the risks
+dm: what did we decide today?
+"""
+
+
+@dataclass(frozen=True)
+class ScriptStep:
+    kind: str  # root | say | mention | dm
+    text: str
+    mentions: tuple[str, ...] = field(default_factory=tuple)
+
+
+def script_parse(text: str) -> list[ScriptStep]:
+    steps = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        for kind in ("root", "say", "dm"):
+            if line.startswith(kind + ":"):
+                steps.append(ScriptStep(kind, line[len(kind) + 1 :].strip()))
+                break
+        else:
+            words = line.split()
+            slugs = tuple(word[1:] for word in words if word.startswith("@"))
+            body = " ".join(word for word in words if not word.startswith("@"))
+            if not slugs:
+                raise ValueError(f"Unknown script line: {raw!r}")
+            steps.append(ScriptStep("mention", body, slugs))
+    return steps
+
+
+@dataclass
+class PostResult:
+    step: ScriptStep
+    message_id: str
+    status: int
+    body: str
+    milliseconds: float
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - an operator-given URL
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+
+
+def conversation_simulate(
+    *,
+    base_url: str,
+    bot: Bot,
+    steps: list[ScriptStep],
+    chat_id: str,
+    sender_open_id: str = "ou_simulated_user",
+    open_ids: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> list[PostResult]:
+    """POST each step to `<base_url>/feishu/webhook/<bot.slug>/`, signed and encrypted with the bot's keys."""
+    open_ids = open_ids or {}
+    url = f"{base_url.rstrip('/')}/feishu/webhook/{bot.slug}/"
+    root_id = ""
+    results = []
+    for step in steps:
+        message_id = "om_sim_" + secrets.token_hex(10)
+        mentions = [
+            mention_entry(index=index, open_id=open_ids.get(slug, f"ou_unknown_{slug}"), name=slug)
+            for index, slug in enumerate(step.mentions, start=1)
+        ]
+        text = "".join(f"{m['key']} " for m in mentions) + step.text
+        topic: dict[str, str] = {}
+        chat = chat_id
+        chat_type = "group"
+        if step.kind == "root":
+            root_id = message_id
+        elif step.kind == "dm":
+            chat, chat_type = f"{chat_id}_dm", "p2p"
+        elif root_id:
+            topic = {"root_id": root_id, "parent_id": root_id, "thread_id": f"omt_{root_id[-12:]}"}
+        payload = message_event_payload(
+            verification_token=bot.feishu_verification_token,
+            app_id=bot.feishu_app_id or bot.slug,
+            message_id=message_id,
+            chat_id=chat,
+            chat_type=chat_type,
+            text=text,
+            sender_open_id=sender_open_id,
+            mentions=mentions,
+            **topic,
+        )
+        request = event_request_build(payload=payload, encrypt_key=bot.feishu_encrypt_key)
+        started = time.perf_counter()
+        status, body = _post(url, request.body, request.headers, timeout)
+        results.append(PostResult(step, message_id, status, body, (time.perf_counter() - started) * 1000))
+    return results
+
+
+def results_as_json(results: list[PostResult]) -> str:
+    return json.dumps(
+        [
+            {"kind": r.step.kind, "message_id": r.message_id, "status": r.status, "ms": round(r.milliseconds, 1)}
+            for r in results
+        ],
+        indent=2,
+    )

@@ -1,0 +1,52 @@
+"""`feishu_simulate` posts a scripted conversation, signed and encrypted, to a running hub (here: the live server)."""
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from agents.models import Turn
+from amuxweb.feishu.models import InboundEvent
+from amuxweb.feishu.simulate import ScriptStep, script_parse
+from threadcontext.models import ThreadEvent, Workspace
+
+
+def test_script_parse_reads_every_kind():
+    steps = script_parse("# c\nroot: Topic\nsay: chat\n@planner @coder do it\ndm: hi\n")
+
+    assert steps == [
+        ScriptStep("root", "Topic"),
+        ScriptStep("say", "chat"),
+        ScriptStep("mention", "do it", ("planner", "coder")),
+        ScriptStep("dm", "hi"),
+    ]
+
+
+def test_script_parse_refuses_an_unknown_line():
+    with pytest.raises(ValueError, match="Unknown script line"):
+        script_parse("shout: hello")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_feishu_simulate_drives_a_running_hub(live_server, feishu_stub, make_feishu_bot, capsys):
+    # given: a hub serving the webhook, its bot known to the local Feishu
+    bot = make_feishu_bot(slug="planner", name="Planner")
+    Workspace.objects.create(bot_profile=bot.slug, chat_id="oc_sim")
+    # when
+    call_command("feishu_simulate", "--url", live_server.url, "--bot", "planner", "--chat", "oc_sim")
+    # then: every event acknowledged, the @s answered in the topic, the DM answered, discussion recorded
+    out = capsys.readouterr().out
+    assert out.count("200 ") == 5
+    assert InboundEvent.objects.filter(status="done").count() == 5
+    assert sorted(Turn.objects.values_list("trigger", flat=True)) == ["dm", "mention", "mention"]
+    assert len(feishu_stub.sent) == 3
+    assert set(ThreadEvent.objects.values_list("event_type", flat=True)) == {
+        "topic_root",
+        "human_message",
+        "user_request",
+        "agent_output",
+    }
+
+
+@pytest.mark.django_db
+def test_feishu_simulate_refuses_an_unknown_bot():
+    with pytest.raises(CommandError, match="No bot with slug 'ghost'"):
+        call_command("feishu_simulate", "--bot", "ghost")
