@@ -68,12 +68,16 @@ def workspace_settings_resolve(*, workspace: Workspace | None) -> WorkspaceSetti
 
 _CANDIDATE_COLUMNS = ("id", "item_type", "bridge_id", "message_id", "author_label", "text", "metadata")
 
-# How many eligible rows the query reads beyond the item limit, and why that is enough:
-# +1 tells "trimmed by the item limit" apart from "the thread simply had that many";
-# +1 covers the one duplicate a thread can hold. Human messages come only from users (the collector refuses
-# bot-sent discussion) and each bot records its own outputs once, so the only Feishu message that can be
-# eligible twice is a bot-sent topic root (this bridge's topic_root + that bot's agent_output).
-# Own outputs and out-of-mode items never match the eligible filter, so they cannot crowd eligible rows out.
+# How many eligible rows the query reads beyond the item limit, and why that is enough for a correct selection:
+# - own outputs and out-of-mode items never match the eligible filter (it is applied in SQL), so however many of
+#   them a thread holds, they cannot crowd an eligible row out of the window;
+# - other bridges' copies of human messages and roots do not match it either (each bot's context is what its own
+#   bridge collected), and human messages come only from users, so no eligible human line duplicates another;
+# - the two exclusions the selector can still make among eligible rows (the current request's own message, and a
+#   bot-sent root that is also that bot's agent_output) both concern the topic root's message, the oldest in the
+#   thread: when it falls inside the window, the window already holds every eligible row of the thread;
+# so the newest `item_limit` eligible rows are always read; +1 tells "trimmed by the item limit" apart from "the
+# thread had exactly that many", +1 is spare.
 ELIGIBLE_SLACK = 2
 # Ruled-out rows (this bot's own outputs; human messages in owner_only) are read only to explain them, newest first
 # and bounded; older ones are simply not listed.
