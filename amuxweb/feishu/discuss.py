@@ -26,13 +26,18 @@ from agents.models import Bot, Turn
 from amuxweb.feishu.models import DiscussWake, InboundEvent
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
+from probe.selectors import gate_config_get
 from probe.services import GateResult, probe_gate_run
 
 logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3  # judge attempts per wake: the first plus two retries after provider faults
 RETRY_BACKOFF_SECONDS = (30, 120)  # after attempt 1, after attempt 2
-TRANSCRIPT_ITEM_LIMIT = 200  # newest recorded items handed to the judge; the probe's budget trims further
+# Newest recorded items handed to the judge: the primary's own horizon (AMUX_THREAD_CONTEXT_LIMIT, 20) twice
+# over. Whether to speak now depends on the tail; a longer history only makes every probe dearer (the bench
+# measured a 200-item transcript costing the judge more tokens than the primary it gates). The probe's token
+# budget trims further.
+TRANSCRIPT_ITEM_LIMIT = 40
 SWEEP_BATCH = 200
 
 # What discuss_wake_fire returns (for tests, logs and the bench).
@@ -203,7 +208,11 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
             # A retry whose topic has a newer wake: that one judges the newer messages, one probe is enough.
             _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="superseded by a newer wake")
             return FIRE_SUPERSEDED
-    transcript = discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id)
+    # The configuration is cached (0 queries): a gate that will not judge needs no transcript read.
+    will_judge = not gate_config_get(bot=bot).cause
+    transcript = (
+        discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id) if will_judge else []
+    )
     gate = probe_gate_run(bot=bot, transcript=transcript, wake_id=wake.pk)
     if gate.retryable and wake.attempts < MAX_ATTEMPTS:
         backoff = timedelta(seconds=RETRY_BACKOFF_SECONDS[wake.attempts - 1])

@@ -1,0 +1,264 @@
+"""Discuss probe gate (issue 6): what the gate saves, what debounce saves, and what the gate costs per message.
+
+A simulated discuss group of 1,000 human messages in bursts (1-12 messages 0.2-0.6 s apart, 20-120 s between
+bursts; fixed seed). Exactly 5% of the messages need the bot (every message whose index * 7919 mod 100 < 5);
+a deterministic stub judge says `send` when such a message came after the bot's last reply, else `no_action`.
+The real code path runs: discuss_wake_schedule → discuss_wakes_sweep → discuss_wake_fire → probe_gate_run
+(resolution, budget, window, request builder, verdict parser, ProbeJudgement row, log record) against the
+bench's own throw-away database (Django's test database: `test_<name>` on PostgreSQL, in memory on SQLite).
+Only the two model calls are stubs: the judge (instant, counted) and the primary (a cost model: the bot's
+system prompt and tool schemas, PRIMARY_OVERHEAD_TOKENS, plus the newest 20 context items capped at 6,000
+tokens, and PRIMARY_OUTPUT_TOKENS out; a reply is recorded as the bot's agent_output, as the bridge does).
+
+Scenarios: ungated (no probe: every wake runs the primary, as without the feature), gated without debounce
+(one probe per message), gated with the default debounce (3 s initial, 30 s max).
+Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/amux_d python -m bench probe`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+MESSAGES = 1000
+SEED = 42
+CHAT_ID = "oc_bench_discuss"
+ROOT = "group"
+PRIMARY_OVERHEAD_TOKENS = 3000
+PRIMARY_CONTEXT_ITEMS = 20
+PRIMARY_CONTEXT_CAP_TOKENS = 6000
+PRIMARY_OUTPUT_TOKENS = 150
+JUDGE_OUTPUT_TOKENS = 20
+JUDGE_SCHEMA_TOKENS = 300
+NEEDS_BOT = "[needs the bot]"
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def _setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "amuxweb.settings.test")
+    import django
+
+    django.setup()
+
+
+def _traffic() -> list[tuple[datetime, bool]]:
+    """(time, needs the bot) per message: bursts of 1-12, deterministic."""
+    rng = random.Random(SEED)
+    now = T0
+    messages: list[tuple[datetime, bool]] = []
+    while len(messages) < MESSAGES:
+        for _ in range(rng.randint(1, 12)):
+            if len(messages) == MESSAGES:
+                break
+            index = len(messages)
+            messages.append((now, (index * 7919) % 100 < 5))
+            now += timedelta(milliseconds=rng.randint(200, 600))
+        now += timedelta(seconds=rng.randint(20, 120))
+    return messages
+
+
+@dataclass
+class Tally:
+    probes: int = 0
+    judge_tokens: int = 0
+    judge_seconds: float = 0.0
+    primary_calls: int = 0
+    primary_tokens: int = 0
+    gate_seconds: float = 0.0  # schedule + sweep wall time, judge and primary time subtracted
+    gate_queries: int = 0
+    primary_seconds: float = 0.0
+    primary_queries: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.judge_tokens + self.primary_tokens
+
+
+class StubJudge:
+    """Says send when a message needing the bot came after the bot's last reply (its last assistant entry)."""
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+
+    def complete(self, request):
+        from agents.llm.base import CompletionResult, ToolCall, Usage
+        from probe.rules import message_tokens
+
+        started = time.perf_counter()
+        send = False
+        for message in reversed(request.messages[1:]):
+            if message.role == "assistant":
+                break
+            if NEEDS_BOT in message.content:
+                send = True
+                break
+        usage = Usage(
+            input_tokens=sum(message_tokens(m) for m in request.messages) + JUDGE_SCHEMA_TOKENS,
+            output_tokens=JUDGE_OUTPUT_TOKENS,
+        )
+        self.tally.probes += 1
+        self.tally.judge_tokens += usage.input_tokens + usage.output_tokens
+        verdict = {"should_act": "send" if send else "no_action", "reason": "a question for the bot" if send else ""}
+        result = CompletionResult(text="", tool_calls=(ToolCall(name="decide", arguments=verdict),), usage=usage)
+        self.tally.judge_seconds += time.perf_counter() - started
+        return result
+
+
+def _scenario(name: str, *, gated: bool, debounce: bool, traffic, tally: Tally) -> Tally:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents.models import Bot, Thread, Turn
+    from amuxweb.feishu import discuss
+    from probe import services as probe_services
+    from probe.rules import message_tokens
+    from tests.agents.factories import BotFactory, LLMModelFactory
+    from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
+
+    judge_model = LLMModelFactory(supports_tool_calls=True, context_window=128000)
+    bot = BotFactory(
+        slug=f"bench-{name}",
+        name="Planner",
+        group_reply_mode=Bot.GroupReplyMode.DISCUSS,
+        discuss_probe_mode=Bot.ProbeMode.MODEL if gated else Bot.ProbeMode.OFF,
+        discuss_probe_model=judge_model if gated else None,
+        probe_debounce_initial_ms=3000 if debounce else 0,
+        probe_debounce_max_ms=30000 if debounce else 0,
+    )
+    bot = Bot.objects.get(pk=bot.pk)
+    chat_id = f"{CHAT_ID}-{name}"
+    Workspace.objects.create(bot_profile=bot.slug, chat_id=chat_id, session_scope="group")
+    thread = Thread.objects.create(bot=bot, runtime_mode="chat", channel="feishu", external_key=f"{chat_id}:group")
+
+    def record(message_id: str, text: str, *, item_type: str, bridge_id: str, label: str) -> None:
+        event = ThreadEvent.objects.create(
+            chat_id=chat_id,
+            root_msg_id=message_id,
+            message_id=message_id,
+            event_type=item_type,
+            bridge_id=bridge_id,
+            bot_profile=bot.slug,
+            text=text,
+        )
+        ThreadContextItem.objects.create(
+            event=event,
+            chat_id=chat_id,
+            root_msg_id=message_id,
+            bridge_id=bridge_id,
+            item_type=item_type,
+            author_label=label,
+            text=text,
+            token_estimate=len(text) // 4,
+        )
+
+    def primary(*, bot, wake, gate):
+        started = time.perf_counter()
+        with CaptureQueriesContext(connection) as queries:
+            turn = primary_run(bot=bot, wake=wake)
+        tally.primary_seconds += time.perf_counter() - started
+        tally.primary_queries += len(queries)
+        return turn
+
+    def primary_run(*, bot, wake):
+        """The primary's cost model and its reply recorded as the bot's output (the bridge's job)."""
+        items = list(
+            ThreadContextItem.objects.filter(chat_id=chat_id)
+            .order_by("-id")
+            .values_list("text", flat=True)[:PRIMARY_CONTEXT_ITEMS]
+        )
+        from agents.llm.base import ChatMessage
+
+        context = min(
+            sum(message_tokens(ChatMessage(role="user", content=t)) for t in items), PRIMARY_CONTEXT_CAP_TOKENS
+        )
+        tally.primary_calls += 1
+        tally.primary_tokens += PRIMARY_OVERHEAD_TOKENS + context + PRIMARY_OUTPUT_TOKENS
+        record(f"{wake.last_message_id}-reply", "Here is what I think.", item_type="agent_output",
+               bridge_id=bot.bridge_id, label="planner")  # fmt: skip
+        return Turn.objects.create(
+            bot=bot, thread=thread, trigger="discuss", source_message_id=wake.last_message_id, status="delivered"
+        )
+
+    judge = StubJudge(tally)
+    original_client, original_start = probe_services._judge_client, discuss.discuss_activation_start
+    probe_services._judge_client = lambda model: judge
+    discuss.discuss_activation_start = primary
+    rng = random.Random(SEED + 1)
+    try:
+        for index, (at, needs_bot) in enumerate(traffic):
+            text = f"message {index}: " + "lorem ipsum " * rng.randint(2, 30) + (f" {NEEDS_BOT}?" if needs_bot else "")
+            message_id = f"om_{name}_{index}"
+            record(message_id, text, item_type="human_message", bridge_id=bot.bridge_id, label=f"ou_user{index % 7}")
+            judge_before, primary_before = tally.judge_seconds, tally.primary_seconds
+            primary_queries_before = tally.primary_queries
+            connection.queries_log.clear()  # the log keeps 9,000 queries: count per message
+            with CaptureQueriesContext(connection) as queries:
+                started = time.perf_counter()
+                discuss.discuss_wake_schedule(bot=bot, chat_id=chat_id, root_msg_id=message_id, message_id=message_id,
+                                              now=at)  # fmt: skip
+                outcomes = discuss.discuss_wakes_sweep(now=at)
+                elapsed = time.perf_counter() - started
+            model_seconds = (tally.judge_seconds - judge_before) + (tally.primary_seconds - primary_before)
+            tally.gate_seconds += elapsed - model_seconds
+            tally.gate_queries += len(queries) - (tally.primary_queries - primary_queries_before)
+            for outcome in outcomes:
+                tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + 1
+        outcomes = discuss.discuss_wakes_sweep(now=traffic[-1][0] + timedelta(minutes=5))
+        for outcome in outcomes:
+            tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + 1
+    finally:
+        probe_services._judge_client = original_client
+        discuss.discuss_activation_start = original_start
+    return tally
+
+
+def run() -> None:
+    _setup_django()
+    from django.db import connection
+
+    logging.getLogger("probe.services").setLevel(logging.ERROR)  # one record per judgement: keep the output short
+    logging.getLogger("amuxweb.feishu.discuss").setLevel(logging.ERROR)
+    vendor = connection.vendor
+    old_name = connection.settings_dict["NAME"]
+    test_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    traffic = _traffic()
+    results: dict[str, Tally] = {}
+    try:
+        for name, gated, debounce in (
+            ("ungated", False, False),
+            ("gated-no-debounce", True, False),
+            ("gated-debounce", True, True),
+        ):
+            results[name] = _scenario(name, gated=gated, debounce=debounce, traffic=traffic, tally=Tally())
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+    needing = sum(1 for _, needs in traffic if needs)
+    duration = (traffic[-1][0] - traffic[0][0]).total_seconds() / 60
+    print(f"database: {vendor} ({test_name}, dropped); {MESSAGES} messages over {duration:.0f} min, "
+          f"{needing} ({needing / MESSAGES:.0%}) need the bot")  # fmt: skip
+    print(f"{'scenario':<19} {'probes':>6} {'probes/msg':>10} {'primary':>7} {'judge tok':>10} {'primary tok':>11} "
+          f"{'total tok':>10} {'gate ms/msg':>11} {'queries/msg':>11}")  # fmt: skip
+    for name, tally in results.items():
+        print(
+            f"{name:<19} {tally.probes:>6} {tally.probes / MESSAGES:>10.3f} {tally.primary_calls:>7} "
+            f"{tally.judge_tokens:>10,} {tally.primary_tokens:>11,} {tally.total_tokens:>10,} "
+            f"{tally.gate_seconds * 1000 / MESSAGES:>11.3f} {tally.gate_queries / MESSAGES:>11.2f}"
+        )
+    ungated, plain, debounced = results["ungated"], results["gated-no-debounce"], results["gated-debounce"]
+    print(f"primary calls gated/ungated: {plain.primary_calls}/{ungated.primary_calls} = "
+          f"{plain.primary_calls / ungated.primary_calls:.3f} (no debounce), "
+          f"{debounced.primary_calls}/{ungated.primary_calls} = {debounced.primary_calls / ungated.primary_calls:.3f} "
+          f"(debounce)")  # fmt: skip
+    print(f"total tokens gated/ungated: {plain.total_tokens / ungated.total_tokens:.3f} (no debounce), "
+          f"{debounced.total_tokens / ungated.total_tokens:.3f} (debounce)")  # fmt: skip
+    print(f"probes per message: {plain.probes / MESSAGES:.3f} without debounce, "
+          f"{debounced.probes / MESSAGES:.3f} with debounce (ratio {debounced.probes / max(plain.probes, 1):.3f})")  # fmt: skip
+    print("gate ms/msg and queries/msg: wake schedule + sweep + gate + judgement row + log record per message; "
+          "the judge's and the primary's time and queries excluded")  # fmt: skip
+    print("outcomes: " + "; ".join(f"{name}: {tally.outcomes}" for name, tally in results.items()))
