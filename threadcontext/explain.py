@@ -6,6 +6,8 @@ the decision row, so a decision still explains itself after retention removed it
 
 from __future__ import annotations
 
+import unicodedata
+
 from threadcontext.models import ThreadContextDecision
 from threadcontext.selection import text_preview
 
@@ -36,13 +38,19 @@ def decision_explain_data(*, decision: ThreadContextDecision) -> dict:
     }
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [len(header) for header in headers]
+def display_width(text: str) -> int:
+    """Terminal columns: CJK wide and fullwidth characters take two, so Chinese sources and previews line up."""
+    return sum(2 if unicodedata.east_asian_width(char) in ("W", "F") else 1 for char in text)
+
+
+def text_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [display_width(header) for header in headers]
     for row in rows:
-        widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
+        widths = [max(width, display_width(cell)) for width, cell in zip(widths, row, strict=True)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+        padded = (cell + " " * (width - display_width(cell)) for cell, width in zip(cells, widths, strict=True))
+        return "  ".join(padded).rstrip()
 
     return [line(headers), line(["-" * width for width in widths])] + [line(row) for row in rows]
 
@@ -83,7 +91,7 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
             ]
             for item in data["selected"]
         ]
-        lines.extend(_table(["id", "type", "source", "chars", "preview"], rows))
+        lines.extend(text_table(["id", "type", "source", "chars", "preview"], rows))
     else:
         lines.append("(none)")
     lines.append("")
@@ -100,7 +108,7 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
             ]
             for item in data["excluded"]
         ]
-        lines.extend(_table(["id", "type", "source", "reason", "chars", "preview"], rows))
+        lines.extend(text_table(["id", "type", "source", "reason", "chars", "preview"], rows))
     else:
         lines.append("(none)")
     if verbose:

@@ -12,6 +12,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
+from threadcontext.explain import display_width, text_table
 from threadcontext.models import ThreadContextDecision, Workspace
 from threadcontext.prompts import prompt_render
 from threadcontext.selectors import context_package_build
@@ -274,3 +275,14 @@ def test_c12_admin_explain_page_shows_selected_excluded_diagnostics_and_prompt(s
 )
 def test_admin_changelists_render(scenario, admin_browser, model):
     assert admin_browser.get(reverse(f"admin:threadcontext_{model}_changelist")).status_code == 200
+
+
+def test_c12_explain_table_columns_line_up_with_chinese_sources():
+    lines = text_table(["source", "chars"], [["Alice 的 Planner", "12"], ["Bob", "3"]])
+    assert display_width("Alice 的 Planner") == 16
+    assert lines == [
+        "source            chars",
+        "----------------  -----",
+        "Alice 的 Planner  12",
+        "Bob               3",
+    ]
