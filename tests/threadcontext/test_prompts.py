@@ -143,3 +143,9 @@ def test_c8_empty_at_creates_no_task_when_the_root_is_not_due():
     assert request_is_submittable(request_text="", topic_root_due=True) is True
     assert request_is_submittable(request_text="", topic_root_due=False, quoted_text="quoted") is True
     assert request_is_submittable(request_text="do it", topic_root_due=False) is True
+
+
+def test_c7_the_quoted_cap_is_the_hub_setting():
+    from django.conf import settings
+
+    assert QUOTED_REPLY_MAX_RUNES == settings.AMUX_QUOTED_REPLY_MAX_RUNES == 12000

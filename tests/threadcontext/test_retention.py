@@ -107,7 +107,7 @@ def test_c13_on_write_pruning_runs_at_most_once_a_minute_per_process(mocker):
 def test_c13_the_daily_beat_task_prunes():
     record_outputs(2, prefix="om_old")
     age(31, message_prefix="om_old")
-    assert prune_task.delay().get() == {"events": 2, "items": 2, "decisions": 0}
+    assert prune_task.apply().get() == {"events": 2, "items": 2, "decisions": 0}
     assert settings.CELERY_BEAT_SCHEDULE["thread-context-prune"] == {
         "task": "threadcontext.tasks.thread_context_prune",
         "schedule": 24 * 3600.0,
