@@ -53,6 +53,19 @@ def bot_get_for_user(*, user: AbstractBaseUser | AnonymousUser, slug: str) -> Bo
         raise UnknownBotError(f"No bot {slug!r} that you own.", extra={"bot": slug[:100]}) from None
 
 
+def user_owns_bot_profile(user: AbstractBaseUser | AnonymousUser, bot_profile: str, /) -> bool:
+    """Whether the user may read data of the bot with this slug (owner; staff: any).
+
+    Positional, because it is the plug for AMUX_CONTEXT_DECISION_ACCESS_CHECK (threadcontext calls
+    `check(user, bot_profile)` by dotted path: it cannot import agents).
+    """
+    if not user.is_authenticated:
+        return False
+    if user.is_staff:
+        return True
+    return Bot.objects.filter(slug=bot_profile, owner=user).exists()
+
+
 def thread_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Thread]:
     """Threads the user may see: staff see all, everyone else the threads of bots they own."""
     threads = Thread.objects.select_related("bot", "bot__owner")

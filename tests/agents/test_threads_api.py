@@ -6,7 +6,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.models import Message, Thread
-from agents.selectors import context_messages_list, message_history_page
+from agents.selectors import context_messages_list, message_history_page, user_owns_bot_profile
 from agents.services.threads import InvalidRuntimeModeError, message_create, thread_create
 from tests.agents.factories import BotFactory, MessageFactory, ThreadFactory, UserFactory
 
@@ -121,6 +121,44 @@ def test_session_authentication_works_too(people):
     # then
     assert response.status_code == 200
     assert response.json()["id"] == thread.pk
+
+
+@pytest.mark.parametrize(
+    ("role", "bot_profile", "expected"),
+    [
+        ("owner", "planner", True),
+        ("owner", "coder", False),
+        ("owner", "missing", False),
+        ("other", "planner", False),
+        ("other", "coder", True),
+        ("staff", "planner", True),
+    ],
+)
+def test_user_owns_bot_profile_is_the_ownership_rule_for_context_decisions(people, role, bot_profile, expected):
+    # given "planner" owned by owner and "coder" by other
+    BotFactory(slug="coder", owner=people["other"])
+
+    assert user_owns_bot_profile(people[role], bot_profile) is expected
+
+
+@pytest.mark.parametrize(("role", "expected_status"), [("owner", 200), ("other", 403), ("staff", 200)])
+def test_user_owns_bot_profile_plugged_into_the_context_decisions_api(people, settings, role, expected_status):
+    # given the ownership check configured the way the README says
+    settings.AMUX_CONTEXT_DECISION_ACCESS_CHECK = "agents.selectors.user_owns_bot_profile"
+
+    # when
+    response = _client_for(people[role]).get("/api/v1/context/decisions/?profile=planner")
+
+    # then: the owner reads their bot's decisions (none yet), another user is refused
+    assert response.status_code == expected_status
+    if expected_status == 200:
+        assert response.json() == []
+
+
+def test_user_owns_bot_profile_is_false_for_anonymous(people):
+    from django.contrib.auth.models import AnonymousUser
+
+    assert user_owns_bot_profile(AnonymousUser(), "planner") is False
 
 
 # --- create ------------------------------------------------------------------------------------------------
