@@ -244,13 +244,19 @@ def test_thread_create_malformed_json_is_400_and_writes_nothing(people):
     assert Thread.objects.count() == 0
 
 
-def test_thread_create_oversized_body_is_413_json_and_writes_nothing(people, settings):
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/json", '{"bot": "planner", "runtime_mode": "chat", "title": "' + "x" * 2000 + '"}'),
+        ("application/x-www-form-urlencoded", "bot=planner&runtime_mode=chat&title=" + "x" * 2000),
+    ],
+)
+def test_thread_create_oversized_body_is_413_json_and_writes_nothing(people, settings, content_type, body):
     # given a body over DATA_UPLOAD_MAX_MEMORY_SIZE
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
-    body = '{"bot": "planner", "runtime_mode": "chat", "title": "' + "x" * 2000 + '"}'
 
     # when
-    response = _client_for(people["owner"]).post(THREADS_URL, body, content_type="application/json")
+    response = _client_for(people["owner"]).post(THREADS_URL, body, content_type=content_type)
 
     # then
     assert response.status_code == 413
