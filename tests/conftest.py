@@ -10,5 +10,134 @@ def api_client() -> APIClient:
 
 
 # --- LLM stub server and real Celery worker (engineer "c", issue 4) -------------------------------------
+# Tests marked `celery_worker` run against a real `celery -A amuxweb worker` subprocess (when REDIS_URL is set
+# and the database is PostgreSQL, which the worker process can share); every other test runs Celery tasks
+# eagerly in-process even when REDIS_URL is set, so the suite behaves the same in both CI runs.
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from urllib.parse import urlsplit, urlunsplit  # noqa: E402
+
 from tests.stubs.llm_servers import llm_stub  # noqa: E402,F401  (the fixture, for every test)
+
+CELERY_WORKER_READY_TIMEOUT_SECONDS = 60
+# A SIGKILLed worker's unacknowledged task comes back after this long (kombu's Redis visibility timeout).
+CELERY_WORKER_VISIBILITY_TIMEOUT_SECONDS = 3
+
+
+@pytest.fixture(autouse=True)
+def _celery_eager_unless_real_worker(request):
+    """Run tasks in-process for every test not marked `celery_worker` (REDIS_URL or not)."""
+    if request.node.get_closest_marker("celery_worker"):
+        yield
+        return
+    from amuxweb.celery import app
+
+    saved = (app.conf.task_always_eager, app.conf.task_eager_propagates)
+    app.conf.task_always_eager, app.conf.task_eager_propagates = True, True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager, app.conf.task_eager_propagates = saved
+
+
+class CeleryWorkerProcess:
+    """`celery -A amuxweb worker` in its own process group, on the pytest test database."""
+
+    def __init__(self, *, database_url: str, redis_url: str) -> None:
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "amuxweb.settings.test",
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "CELERY_VISIBILITY_TIMEOUT": str(CELERY_WORKER_VISIBILITY_TIMEOUT_SECONDS),
+        }
+        self.log_path = Path(tempfile.mkstemp(prefix="celery-worker-", suffix=".log")[1])
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "celery", "-A", "amuxweb", "worker", "--pool=solo", "--loglevel=INFO"]
+        command += [
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            f"--hostname=pytest-{os.getpid()}@%h",
+        ]
+        offset = self.log_path.stat().st_size
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=Path(__file__).parents[1],
+        )
+        deadline = time.monotonic() + CELERY_WORKER_READY_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if " ready." in self.log_path.read_text(errors="replace")[offset:]:
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"celery worker did not start; log:\n{self.log_tail()}")
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (its process group): no shutdown handler runs, nothing is acknowledged."""
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.is_running():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker):
+    """A real worker for `@pytest.mark.celery_worker` tests; skips unless REDIS_URL is set and the DB is PostgreSQL."""
+    from django.conf import settings
+
+    redis_url, database_url = os.environ.get("REDIS_URL", ""), os.environ.get("DATABASE_URL", "")
+    if not redis_url:
+        pytest.skip("needs a real Celery worker: set REDIS_URL (CI's PostgreSQL + Redis run does)")
+    if not database_url.startswith(("postgres://", "postgresql://")):
+        pytest.skip("needs PostgreSQL (DATABASE_URL): the worker process must share the pytest test database")
+    # pytest-django renamed the database to its test database (test_<name>): point the worker there.
+    parts = urlsplit(database_url)
+    test_database_url = urlunsplit(parts._replace(path="/" + settings.DATABASES["default"]["NAME"]))
+    worker = CeleryWorkerProcess(database_url=test_database_url, redis_url=redis_url)
+    from amuxweb.celery import app
+
+    app.control.purge()  # tasks left in the broker by an earlier, interrupted run
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture
+def celery_worker(celery_worker_process):
+    """The session's worker, (re)started if a previous test killed it."""
+    if not celery_worker_process.is_running():
+        celery_worker_process.start()
+    return celery_worker_process
+
+
 # --- end of engineer "c" section ---------------------------------------------------------------------------

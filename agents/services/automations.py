@@ -100,7 +100,7 @@ def automation_delete(*, automation: Automation) -> None:
 def automation_thread_get_or_create(*, automation: Automation) -> Thread:
     """The automation's own thread, created on the first run (row lock: two first runs make one thread)."""
     with transaction.atomic():
-        locked = Automation.objects.select_for_update().select_related("thread").get(pk=automation.pk)
+        locked = Automation.objects.select_for_update(of=("self",)).select_related("thread").get(pk=automation.pk)
         if locked.thread is None:
             locked.thread = thread_create(
                 bot=automation.bot,

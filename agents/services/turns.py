@@ -174,7 +174,7 @@ def _claim(*, turn_id: int, user_content: str, user_prompt: str, author: str) ->
     """Step 1: the stored reply when there is one, None for a finished turn without one, else the claimed turn."""
     with transaction.atomic():
         turn = (
-            Turn.objects.select_for_update()
+            Turn.objects.select_for_update(of=("self",))
             .select_related("reply_message", "user_message", "thread", "bot__primary_model__provider")
             .get(pk=turn_id)
         )
