@@ -98,7 +98,11 @@ class ThreadContextItem(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [models.Index(fields=["chat_id", "root_msg_id", "-id"], name="contextitem_thread_newest")]
+        indexes = [
+            models.Index(fields=["chat_id", "root_msg_id", "-id"], name="contextitem_thread_newest"),
+            # The selector's branches: one thread, one item type, newest first (threadcontext.selectors).
+            models.Index(fields=["chat_id", "root_msg_id", "item_type", "-id"], name="contextitem_thread_type_newest"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.item_type} item {self.pk}"

@@ -68,34 +68,24 @@ def workspace_settings_resolve(*, workspace: Workspace | None) -> WorkspaceSetti
 
 _CANDIDATE_COLUMNS = ("id", "item_type", "bridge_id", "message_id", "author_label", "text", "metadata")
 
-# How many eligible rows the query reads beyond the item limit, and why that is enough for a correct selection:
-# - own outputs and out-of-mode items never match the eligible filter (it is applied in SQL), so however many of
-#   them a thread holds, they cannot crowd an eligible row out of the window;
-# - other bridges' copies of human messages and roots do not match it either (each bot's context is what its own
-#   bridge collected), and human messages come only from users, so no eligible human line duplicates another;
-# - the two exclusions the selector can still make among eligible rows (the current request's own message, and a
-#   bot-sent root that is also that bot's agent_output) both concern the topic root's message, the oldest in the
-#   thread: when it falls inside the window, the window already holds every eligible row of the thread;
-# so the newest `item_limit` eligible rows are always read; +1 tells "trimmed by the item limit" apart from "the
-# thread had exactly that many", +1 is spare.
+# The query is a UNION ALL of small branches, each an index range scan of one thread and one item type
+# ((chat_id, root_msg_id, item_type, -id)) read newest first and stopped by its LIMIT:
+#   this bot's topic root (one row) | this bot's human messages (shared) | other bots' agent outputs
+#   | ruled out, for explain only: this bot's own outputs, and its human messages in owner_only (newest few).
+# Why the LIMITs are enough for a correct selection: the newest `item_limit` eligible rows of the thread are among
+# the newest `item_limit` rows of each eligible branch, so the merge of the branches always holds them. Rows that
+# are never eligible (own outputs, other bridges' copies of human messages and roots, out-of-mode types) are
+# filtered in SQL, so however many a thread holds they cannot crowd an eligible row out. The two exclusions the
+# selector may still make among eligible rows (the current request's own message; a bot-sent root that is also
+# that bot's agent_output) both concern the topic root's message, the oldest of the thread: when it is inside a
+# branch's window, that branch already holds all its rows. +1 tells "trimmed by the item limit" apart from "the
+# thread had exactly that many"; +1 is spare.
+# Cost: each branch reads at most its LIMIT matching rows; the human branch skips other bridges' copies (at most
+# one per other bot in the group per message) and the outputs branch skips this bot's own outputs newer than the
+# rows it returns. Neither depends on how long the thread is.
 ELIGIBLE_SLACK = 2
-# Ruled-out rows (this bot's own outputs; human messages in owner_only) are read only to explain them, newest first
-# and bounded; older ones are simply not listed.
+# Ruled-out rows are read only to explain them, newest first and bounded; older ones are simply not listed.
 RULED_OUT_LIMIT = 20
-
-
-def _candidate_filters(*, bridge_id: str, mode: str) -> tuple[Q, Q]:
-    """(eligible, ruled_out) filters over one thread's items."""
-    own_types = [ThreadContextItem.ItemType.TOPIC_ROOT]
-    ruled_out = Q(bridge_id=bridge_id, item_type=ThreadContextItem.ItemType.AGENT_OUTPUT)
-    if mode == MODE_SHARED:
-        own_types.append(ThreadContextItem.ItemType.HUMAN_MESSAGE)
-    else:
-        ruled_out |= Q(bridge_id=bridge_id, item_type=ThreadContextItem.ItemType.HUMAN_MESSAGE)
-    eligible = Q(bridge_id=bridge_id, item_type__in=own_types) | (
-        Q(item_type=ThreadContextItem.ItemType.AGENT_OUTPUT) & ~Q(bridge_id=bridge_id)
-    )
-    return eligible, ruled_out
 
 
 def _newest_sql(queryset: QuerySet, limit: int) -> tuple[str, tuple]:
@@ -104,21 +94,38 @@ def _newest_sql(queryset: QuerySet, limit: int) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
+def _candidate_branches(*, bridge_id: str, mode: str, item_limit: int) -> list[tuple[Q, int]]:
+    """(filter, LIMIT) per branch of the candidate query, in the order they are unioned."""
+    window = item_limit + ELIGIBLE_SLACK
+    topic_root = ThreadContextItem.ItemType.TOPIC_ROOT
+    human = ThreadContextItem.ItemType.HUMAN_MESSAGE
+    output = ThreadContextItem.ItemType.AGENT_OUTPUT
+    branches = [
+        (Q(item_type=topic_root, bridge_id=bridge_id), window),
+        (Q(item_type=output) & ~Q(bridge_id=bridge_id), window),
+        (Q(item_type=output, bridge_id=bridge_id), RULED_OUT_LIMIT),
+    ]
+    if mode == MODE_SHARED:
+        branches.append((Q(item_type=human, bridge_id=bridge_id), window))
+    else:
+        branches.append((Q(item_type=human, bridge_id=bridge_id), RULED_OUT_LIMIT))
+    return branches
+
+
 def context_candidates_load(
     *, bridge_id: str, mode: str, chat_id: str, root_msg_id: str, item_limit: int
 ) -> list[CandidateItem]:
-    """The selector's ONE query: two newest-first index range scans of one thread, each with a LIMIT, in a UNION ALL.
-
-    Its cost depends on the item limit, not on the thread's length (the (chat_id, root_msg_id, -id) index is read
-    backwards from the newest row and each branch stops at its LIMIT).
-    """
+    """The selector's ONE query (a UNION ALL of bounded newest-first branches, see above); any order out."""
     thread = ThreadContextItem.objects.filter(chat_id=chat_id, root_msg_id=root_msg_id)
-    eligible, ruled_out = _candidate_filters(bridge_id=bridge_id, mode=mode)
-    eligible_sql, eligible_params = _newest_sql(thread.filter(eligible), item_limit + ELIGIBLE_SLACK)
-    ruled_sql, ruled_params = _newest_sql(thread.filter(ruled_out), RULED_OUT_LIMIT)
-    sql = f"SELECT * FROM ({eligible_sql}) eligible UNION ALL SELECT * FROM ({ruled_sql}) ruled_out"
+    parts: list[str] = []
+    params: tuple = ()
+    for index, (branch, limit) in enumerate(_candidate_branches(bridge_id=bridge_id, mode=mode, item_limit=item_limit)):
+        branch_sql, branch_params = _newest_sql(thread.filter(branch), limit)
+        parts.append(f"SELECT * FROM ({branch_sql}) branch_{index}")
+        params += branch_params
+    sql = " UNION ALL ".join(parts)
     with connection.cursor() as cursor:
-        cursor.execute(sql, eligible_params + ruled_params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     candidates = []
     for item_id, item_type, item_bridge, message_id, author_label, text, metadata in rows:

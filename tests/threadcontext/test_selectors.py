@@ -152,3 +152,17 @@ def test_c7_c8_local_root_and_item_text_lookups():
     assert topic_root_text_get(bridge_id=PLANNER["bridge_id"], chat_id=CHAT_ID, root_msg_id=ROOT_ID) is None
     assert context_item_text_get(chat_id=CHAT_ID, message_id="om_card") == "card body"
     assert context_item_text_get(chat_id=CHAT_ID, message_id="om_missing") is None
+
+
+def test_c5_owner_only_bot_finds_other_outputs_behind_a_long_discussion_other_bridges_recorded():
+    # given: the Planner (shared) recorded 300 human messages after its two outputs; the Coder is owner_only
+    workspace = workspace_create(CODER, mode=Workspace.Mode.OWNER_ONLY)
+    output(PLANNER, "om_p1", "plan 1")
+    output(PLANNER, "om_p2", "plan 2")
+    bulk_items(300, bridge_id=PLANNER["bridge_id"], item_type="human_message")
+    # when
+    with CaptureQueriesContext(connection) as queries:
+        package = build(workspace)
+    # then
+    assert len(queries.captured_queries) == 1
+    assert [item.line for item in package.selected] == ["planner/s: plan 1", "planner/s: plan 2"]
