@@ -128,6 +128,15 @@ def message_history_page(
     return HistoryPage(messages=rows, next_cursor=next_cursor)
 
 
-def context_messages_list(*, thread: Thread) -> list[Message]:
-    """Exactly the messages assembled into the model's context (mask & 2, V3), oldest first."""
-    return list(_messages_with_bit(thread=thread, bit=CONTEXT_ASSEMBLY).order_by("id"))
+def context_messages_list(*, thread: Thread, before_id: int | None = None, limit: int | None = None) -> list[Message]:
+    """Exactly the messages assembled into the model's context (mask & 2, V3), oldest first.
+
+    `before_id` keeps only messages older than that id (e.g. the turn's own user message); `limit` keeps only
+    the newest `limit` of them (still returned oldest first), so a long thread is trimmed in SQL, not in Python.
+    """
+    messages = _messages_with_bit(thread=thread, bit=CONTEXT_ASSEMBLY)
+    if before_id is not None:
+        messages = messages.filter(id__lt=before_id)
+    if limit is None:
+        return list(messages.order_by("id"))
+    return list(reversed(messages.order_by("-id")[:limit]))

@@ -430,3 +430,15 @@ def test_schema_and_swagger_are_served(people):
     assert b"/api/v1/threads/{thread_id}/history/" in schema.content
     assert docs.status_code == 200
     assert b"swagger" in docs.content.lower()
+
+
+def test_v3_context_messages_list_trims_to_the_newest_before_an_id_oldest_first():
+    # given a chat thread of 6 messages
+    thread = ThreadFactory(runtime_mode="chat")
+    ids = [message_create(thread=thread, kind=kind, content="m").pk for kind in ["user_message", "agent_reply"] * 3]
+
+    # when / then
+    assert [m.pk for m in context_messages_list(thread=thread, limit=3)] == ids[3:]
+    assert [m.pk for m in context_messages_list(thread=thread, before_id=ids[5])] == ids[:5]
+    assert [m.pk for m in context_messages_list(thread=thread, before_id=ids[5], limit=2)] == ids[3:5]
+    assert context_messages_list(thread=thread, limit=0) == []
