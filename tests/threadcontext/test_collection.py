@@ -339,3 +339,9 @@ def test_workspace_settings_fall_back_to_the_hub_and_overrides_win():
     assert (inherited.topic_root_enabled, inherited.shared_thread_enabled) == (True, False)
     assert (overridden.topic_root_enabled, overridden.shared_thread_enabled) == (False, True)
     assert workspace_settings_resolve(workspace=None).thread_context_limit == 20
+
+
+def test_c4_removing_the_bots_mention_keeps_indentation_and_spacing_elsewhere():
+    mentions = [Mention(key="@_user_1", open_id="ou_coder", name="Coder", is_this_bot=True)]
+    text = "@_user_1 fix this:\n    if  x:\n        return 1\nthanks @_user_1"
+    assert normalise_mentions(text, mentions) == "fix this:\n    if  x:\n        return 1\nthanks"

@@ -52,7 +52,7 @@ SKIP_EMPTY = "empty"
 REDACTED = "[redacted]"
 TRUNCATED_KEY = "truncated"
 
-_MENTION_KEY = re.compile(r"@_user_\d+|@_all")
+_MENTION_KEY = re.compile(r"(@_user_\d+|@_all)( ?)")
 
 
 @dataclass(frozen=True)
@@ -112,23 +112,25 @@ class RecordOutcome:
 
 
 def normalise_mentions(text: str, mentions: Sequence[Mention]) -> str:
-    """C4: strip this bot's @, turn every other mention into `@Name`; no Feishu `@_user_N` key survives."""
+    """C4: strip this bot's @, turn every other mention into `@Name`; no Feishu `@_user_N` key survives.
+
+    Only the removed mention's own trailing space goes with it: indentation and spacing elsewhere (code in a
+    message) are kept as written.
+    """
     by_key = {mention.key: mention for mention in mentions}
 
     def replace(match: re.Match[str]) -> str:
-        mention = by_key.get(match.group(0))
-        if match.group(0) == "@_all":
-            return "@all"
+        key, space = match.group(1), match.group(2)
+        if key == "@_all":
+            return "@all" + space
+        mention = by_key.get(key)
         if mention is None:
-            return "@user"
+            return "@user" + space
         if mention.is_this_bot:
             return ""
-        return f"@{mention.name or mention.open_id or 'user'}"
+        return f"@{mention.name or mention.open_id or 'user'}" + space
 
-    normalised = _MENTION_KEY.sub(replace, text)
-    # Removing this bot's @ leaves doubled or edge spaces; tidy them without touching line breaks.
-    normalised = re.sub(r"[ \t]{2,}", " ", normalised)
-    return "\n".join(line.strip() for line in normalised.split("\n")).strip()
+    return _MENTION_KEY.sub(replace, text).strip()
 
 
 def secrets_redact(text: str, secrets: Sequence[str]) -> str:
