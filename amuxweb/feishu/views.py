@@ -9,9 +9,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.models import Bot
 from amuxweb.feishu.services import inbound_event_store
-from amuxweb.feishu.webhook import webhook_handle
+from amuxweb.feishu.webhook import webhook_bot_get, webhook_handle
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +18,7 @@ logger = logging.getLogger(__name__)
 @csrf_exempt
 @require_POST
 def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
-    bot = Bot.objects.filter(slug=bot_slug, is_enabled=True).first()
+    bot = webhook_bot_get(slug=bot_slug)
     if bot is None:
         return JsonResponse({"message": "Unknown bot.", "extra": {"bot": bot_slug}}, status=404)
 

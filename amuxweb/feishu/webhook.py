@@ -28,6 +28,7 @@ HANDLED_EVENT_TYPES = ("im.message.receive_v1",)
 _captured: contextvars.ContextVar[CustomizedEvent | None] = contextvars.ContextVar("feishu_captured", default=None)
 _handlers: dict[int, tuple[Any, lark.EventDispatcherHandler]] = {}
 _handlers_lock = threading.Lock()
+_bots: dict[str, Bot] = {}
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,21 @@ class WebhookOutcome:
     status_code: int
     body: dict[str, Any]
     event: dict[str, Any] | None = None
+
+
+def webhook_bot_get(*, slug: str) -> Bot | None:
+    """The enabled bot for a webhook URL. One cheap query per request (no secret decrypted): the decrypted row is
+    reused while its updated_at is unchanged, so a credentials change or a disable takes effect at once."""
+    row = Bot.objects.filter(slug=slug).values_list("pk", "updated_at", "is_enabled").first()
+    if row is None or not row[2]:
+        _bots.pop(slug, None)
+        return None
+    cached = _bots.get(slug)
+    if cached is not None and cached.pk == row[0] and cached.updated_at == row[1]:
+        return cached
+    bot = Bot.objects.get(pk=row[0])
+    _bots[slug] = bot
+    return bot
 
 
 def _capture(data: CustomizedEvent) -> None:

@@ -28,12 +28,14 @@ def inbound_event_store(
     Feishu retries at 15 s / 5 min / 1 h / 6 h and replays under new event_ids: every copy after the
     first finds the row and is acknowledged without a second processing (F2).
     """
+    fields = {"bot": bot, "event_id": event_id, "message_id": message_id, "event_type": event_type, "payload": payload}
     try:
-        with transaction.atomic():
-            event = InboundEvent.objects.create(
-                bot=bot, event_id=event_id, message_id=message_id, event_type=event_type, payload=payload
-            )
-            transaction.on_commit(lambda: inbound_event_enqueue(event_pk=event.pk))
+        if transaction.get_connection().in_atomic_block:
+            with transaction.atomic():  # a savepoint, so a duplicate does not break the caller's transaction
+                event = InboundEvent.objects.create(**fields)
+        else:
+            # The webhook's case: one autocommitted INSERT (one round trip), durable before Feishu hears 200.
+            event = InboundEvent.objects.create(**fields)
     except IntegrityError:
         existing = InboundEvent.objects.get(bot=bot, message_id=message_id)
         logger.info(
@@ -46,6 +48,7 @@ def inbound_event_store(
             },
         )
         return existing, False
+    transaction.on_commit(lambda: inbound_event_enqueue(event_pk=event.pk))  # at once when autocommitted
     return event, True
 
 
