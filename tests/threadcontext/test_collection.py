@@ -345,3 +345,16 @@ def test_c4_removing_the_bots_mention_keeps_indentation_and_spacing_elsewhere():
     mentions = [Mention(key="@_user_1", open_id="ou_coder", name="Coder", is_this_bot=True)]
     text = "@_user_1 fix this:\n    if  x:\n        return 1\nthanks @_user_1"
     assert normalise_mentions(text, mentions) == "fix this:\n    if  x:\n        return 1\nthanks"
+
+
+def test_c2_owner_only_strangers_at_on_a_root_records_the_root_but_is_still_not_owner():
+    workspace = workspace_create(CODER, mode=Workspace.Mode.OWNER_ONLY)
+    outcome = thread_event_record_inbound(
+        message=inbound(CODER, "do it", message_id=ROOT_ID, addressed=True, sender_id="ou_stranger"),
+        workspace=workspace,
+    )
+    assert (outcome.recorded, outcome.triggers_selector, outcome.skipped_reason) == (
+        ("topic_root",),
+        False,
+        SKIP_NOT_OWNER,
+    )

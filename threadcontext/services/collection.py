@@ -105,7 +105,7 @@ class RecordOutcome:
 
     recorded: tuple[str, ...] = ()  # event types this message now has (new or already there)
     created: tuple[str, ...] = ()  # the subset written by this call
-    skipped_reason: str = ""
+    skipped_reason: str = ""  # a SKIP_* constant: why (part of) the message was not recorded
     request_text: str = ""
     triggers_selector: bool = False
     events: tuple[ThreadEvent, ...] = field(default=(), repr=False)
@@ -263,7 +263,9 @@ def thread_event_record_inbound(
     return RecordOutcome(
         recorded=recorded,
         created=tuple(created_types),
-        skipped_reason="" if recorded else skipped_reason or SKIP_EMPTY,
+        # Set whenever part of the message was not recorded, even next to a recorded topic_root (a stranger's @ on
+        # an owner_only root records the root but is still not_owner).
+        skipped_reason=skipped_reason or ("" if recorded else SKIP_EMPTY),
         request_text=text if is_request else "",
         triggers_selector=is_request,
         events=tuple(events),
