@@ -64,8 +64,9 @@ def debounce_delays(*, bot: Bot) -> tuple[timedelta, timedelta]:
 
 def _fire_enqueue(*, wake_id: int, eta: datetime) -> None:
     """After commit, queue the fire task for `eta`; eager runs (no broker) leave wakes to the beat sweeper."""
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        # An eager apply_async would run now, before the wake is due; the sweeper fires it when due.
+    if discuss_wake_fire_task.app.conf.task_always_eager:
+        # An eager apply_async would run now, before the wake is due (and a not-yet-due wake would re-queue
+        # itself in a loop): without a broker the sweeper fires the wake once due.
         return
 
     def enqueue() -> None:
