@@ -337,3 +337,30 @@ def test_a_group_scope_workspace_debounces_the_whole_group_P10(judged_bot, llm_s
     assert (wake.root_msg_id, len(wake.message_ids), outcomes) == ("group", 3, [discuss.FIRE_DECLINED])
     sent = llm_stub.requests_for("openai_chat")[0].json["messages"]
     assert [m["content"] for m in sent[1:]] == [f"ou_alice: top-level {index}" for index in range(3)]
+
+
+def test_an_empty_primary_answer_is_retried_once_with_the_contract_restated_P9(
+    feishu, discuss_feishu_bot, llm_stub, django_capture_on_commit_callbacks
+):
+    """P9: the primary answers nothing → one retry whose last message restates the contract; one message sent."""
+    # given: the judge says send, the primary first answers with empty text, then with a message
+    llm_stub.enqueue(
+        "anthropic",
+        StubResponse(body=anthropic_body(tool_calls=[("decide", {"should_act": "send", "reason": "help erin"})])),
+    )
+    llm_stub.enqueue(
+        "openai_chat",
+        StubResponse(body=openai_chat_body(text="")),
+        StubResponse(body=openai_chat_body(text="Erin, the fix is in #42.")),
+    )
+    feishu.say(discuss_feishu_bot, text="where was that fix again?", chat_id="oc_team")
+    # when
+    assert sweep_later(django_capture_on_commit_callbacks) == [discuss.FIRE_STARTED]
+    # then
+    first, retry = llm_stub.requests_for("openai_chat")
+    contract = activation_contract(reason="help erin")
+    assert first.json["messages"][-1]["content"] == contract
+    assert retry.json["messages"][-1]["role"] == "user"
+    assert retry.json["messages"][-1]["content"].endswith(contract)
+    assert len(feishu.stub.sent) == 1
+    assert OutboundDelivery.objects.get().content == "Erin, the fix is in #42."
