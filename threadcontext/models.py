@@ -102,6 +102,8 @@ class ThreadContextItem(models.Model):
             models.Index(fields=["chat_id", "root_msg_id", "-id"], name="contextitem_thread_newest"),
             # The selector's branches: one thread, one item type, newest first (threadcontext.selectors).
             models.Index(fields=["chat_id", "root_msg_id", "item_type", "-id"], name="contextitem_thread_type_newest"),
+            # C7: a quoted card without inline text is filled from the local item of that message.
+            models.Index(fields=["message_id"], name="contextitem_message"),
         ]
 
     def __str__(self) -> str:
