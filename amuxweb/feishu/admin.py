@@ -88,3 +88,46 @@ class DiscussWakeAdmin(ReadOnlyAdmin):
     search_fields = ["chat_id", "root_msg_id", "last_message_id"]
     list_select_related = ["bot", "turn"]
     readonly_fields = [field.name for field in DiscussWake._meta.fields]
+
+
+# --- The one-screen explain page of a wake or turn: gate, context decision, delivery (engineer d, P11) ------
+class DiscussWakeExplainAdmin(DiscussWakeAdmin):
+    list_display = [*DiscussWakeAdmin.list_display, "explain_link"]
+
+    @admin.display(description="explain")
+    def explain_link(self, obj: DiscussWake) -> str:
+        from django.urls import reverse
+
+        return format_html('<a href="{}">explain</a>', reverse("admin:feishu_discusswake_explain", args=[obj.pk]))
+
+    def get_urls(self):
+        from django.urls import path
+
+        view = self.admin_site.admin_view
+        return [
+            path("<int:wake_id>/explain/", view(self.explain_view), name="feishu_discusswake_explain"),
+            path("turn/<int:turn_id>/explain/", view(self.explain_view), name="feishu_turn_explain"),
+        ] + super().get_urls()
+
+    def explain_view(self, request: HttpRequest, wake_id: int | None = None, turn_id: int | None = None):
+        from django.http import Http404
+        from django.template.response import TemplateResponse
+
+        from amuxweb.feishu.explain import ExplainNotFound, wake_explain_data
+
+        try:
+            explain = wake_explain_data(wake_id=wake_id, turn_id=turn_id)
+        except ExplainNotFound as error:
+            raise Http404(str(error)) from error
+        title = f"Wake {wake_id}" if wake_id is not None else f"Turn {turn_id}"
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            "explain": explain,
+        }
+        return TemplateResponse(request, "admin/feishu/wake_explain.html", context)
+
+
+admin.site.unregister(DiscussWake)
+admin.site.register(DiscussWake, DiscussWakeExplainAdmin)

@@ -8,6 +8,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Turn
@@ -364,3 +365,55 @@ def test_an_empty_primary_answer_is_retried_once_with_the_contract_restated_P9(
     assert retry.json["messages"][-1]["content"].endswith(contract)
     assert len(feishu.stub.sent) == 1
     assert OutboundDelivery.objects.get().content == "Erin, the fix is in #42."
+
+
+def test_explain_page_shows_gate_context_and_delivery_on_one_screen_P11(
+    feishu, discuss_feishu_bot, llm_stub, django_capture_on_commit_callbacks, admin_client
+):
+    # given an activated wake that delivered a reply
+    llm_stub.enqueue(
+        "anthropic",
+        StubResponse(
+            body=anthropic_body(
+                tool_calls=[("decide", {"should_act": "send", "reason": "frank asked"})], input_tokens=432
+            )
+        ),
+    )
+    llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Frank: use the staging key.")))
+    feishu.say(discuss_feishu_bot, text="which key do we use?", chat_id="oc_team", sender="ou_frank")
+    sweep_later(django_capture_on_commit_callbacks)
+    wake = DiscussWake.objects.get()
+    # when
+    response = admin_client.get(reverse("admin:feishu_discusswake_explain", args=[wake.pk]))
+    # then: one screen with the gate, the context decision and the delivery
+    assert response.status_code == 200
+    explain = response.context["explain"]
+    (gate,) = explain["gate"]
+    assert (gate["ran"], gate["cause"], gate["outcome"], gate["reason"], gate["input_tokens"]) == (
+        True,
+        "judged",
+        "act",
+        "frank asked",
+        432,
+    )
+    assert explain["turn"]["trigger"] == "discuss"
+    assert explain["context"] is not None and explain["context"]["decision_id"]
+    assert [(d["status"], d["chunk_index"]) for d in explain["delivery"]] == [("sent", 0)]
+    html = response.content.decode()
+    for section in ("explain-gate", "frank asked", "Context decision", "explain-delivery"):
+        assert section in html
+    # and the same screen is reachable from the turn
+    by_turn = admin_client.get(reverse("admin:feishu_turn_explain", args=[explain["turn"]["id"]]))
+    assert by_turn.context["explain"]["wake"]["id"] == wake.pk
+    assert admin_client.get(reverse("admin:feishu_discusswake_explain", args=[999])).status_code == 404
+
+
+def test_explain_of_a_mention_turn_shows_no_gate_P1_P11(
+    feishu, discuss_feishu_bot, llm_stub, django_capture_on_commit_callbacks, admin_client
+):
+    feishu.say(discuss_feishu_bot, text="status?", mention=[discuss_feishu_bot], chat_id="oc_team")
+    turn = Turn.objects.get()
+    response = admin_client.get(reverse("admin:feishu_turn_explain", args=[turn.pk]))
+    assert response.status_code == 200
+    assert (response.context["explain"]["wake"], response.context["explain"]["gate"]) == (None, [])
+    assert "The gate did not run" in response.content.decode()
