@@ -157,16 +157,16 @@ def turn_get_or_create(
 ) -> tuple[Turn, bool]:
     """The turn of (bot, source message): created once, found every other time (T2).
 
-    Django's get_or_create inserts inside a savepoint and, on the unique constraint's IntegrityError, reads
-    the row the other writer committed: safe under concurrency, no check-then-act.
+    Insert first (in a savepoint); the unique constraint's IntegrityError means the turn exists, and it is
+    read then. Safe under concurrency, no check-then-act, and the common case (a new trigger) is one INSERT.
     """
     try:
-        return Turn.objects.get_or_create(
-            bot=bot,
-            source_message_id=source_message_id,
-            defaults={"thread": thread, "trigger": trigger, "user_message": user_message},
-        )
-    except IntegrityError:  # pragma: no cover - lost the race between the savepoint and the re-read
+        with transaction.atomic():  # a savepoint when called inside a transaction
+            turn = Turn.objects.create(
+                bot=bot, thread=thread, trigger=trigger, source_message_id=source_message_id, user_message=user_message
+            )
+        return turn, True
+    except IntegrityError:
         return Turn.objects.get(bot=bot, source_message_id=source_message_id), False
 
 
@@ -300,6 +300,7 @@ def turn_run(
             raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
         client = llm_client_for(model=model)
         model_input["request"] = request_as_sent(client=client, request=primary.request)
+        called = time.monotonic()
         result = _complete_with_contract(
             client=client, request=primary.request, activation_contract=activation_contract
         )
@@ -323,7 +324,7 @@ def turn_run(
         _fail(turn=turn, error=error, history=history, model_input=model_input)
         return None
 
-    model_duration_ms = int((time.monotonic() - started) * 1000)
+    model_duration_ms = int((time.monotonic() - called) * 1000)
     if not result.text.strip():
         error = "The model answered with no text."
         history = _record_attempt(turn=turn, outcome="failed", started=started, error=error)
@@ -340,7 +341,8 @@ def turn_run(
     }
     history = _record_attempt(turn=turn, outcome="ok", started=started)
     with transaction.atomic():
-        Turn.objects.select_for_update().filter(pk=turn.pk).first()
+        # The conditional UPDATE is the guard: on PostgreSQL a concurrent finisher's UPDATE waits for this row
+        # lock, then re-checks `reply_message IS NULL` and matches nothing.
         reply = message_create(
             thread=turn.thread,
             kind=Message.Kind.AGENT_REPLY,
@@ -360,21 +362,21 @@ def turn_run(
         if not won:
             # Another run of this turn stored its reply first: drop ours (rolled back with this transaction).
             transaction.set_rollback(True)
-    turn.refresh_from_db()
-    if won:
-        logger.info(
-            "turn delivered",
-            extra={
-                "turn_id": turn.pk,
-                "bot": turn.bot.slug,
-                "thread_id": turn.thread_id,
-                "attempts": turn.attempts,
-                "input_tokens": usage["input_tokens"],
-                "output_tokens": usage["output_tokens"],
-                "model_duration_ms": model_duration_ms,
-            },
-        )
-    return turn.reply_message
+    if not won:
+        return Turn.objects.select_related("reply_message").get(pk=turn.pk).reply_message
+    logger.info(
+        "turn delivered",
+        extra={
+            "turn_id": turn.pk,
+            "bot": turn.bot.slug,
+            "thread_id": turn.thread_id,
+            "attempts": turn.attempts,
+            "input_tokens": usage["input_tokens"],
+            "output_tokens": usage["output_tokens"],
+            "model_duration_ms": model_duration_ms,
+        },
+    )
+    return reply
 
 
 # --- REST chat and reads -----------------------------------------------------------------------------------

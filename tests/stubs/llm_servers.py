@@ -389,6 +389,8 @@ class LLMStubServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out as two writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence per-request logs
                 return
