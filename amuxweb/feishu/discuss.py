@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.llm.base import ChatMessage
-from agents.models import Bot, Turn
+from agents.models import Bot, Thread, Turn
 from amuxweb.feishu.models import DiscussWake, InboundEvent
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
@@ -214,7 +214,7 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
     transcript = (
         discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id) if will_judge else []
     )
-    gate = probe_gate_run(bot=bot, transcript=transcript, wake_id=wake.pk)
+    gate = probe_gate_run(bot=bot, transcript=transcript, thread=_session_thread(wake=wake), wake_id=wake.pk)
     if gate.retryable and wake.attempts < MAX_ATTEMPTS:
         backoff = timedelta(seconds=RETRY_BACKOFF_SECONDS[wake.attempts - 1])
         wake.due_at = now + backoff
@@ -239,6 +239,20 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
     _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="", extra=["turn"])
     ProbeJudgement.objects.filter(pk=gate.judgement.pk).update(turn=turn, thread_id=turn.thread_id)
     return FIRE_STARTED
+
+
+def _session_thread(*, wake: DiscussWake) -> Thread | None:
+    """The topic's live session thread, if one exists yet: the gate's log and row carry it as session_id."""
+    from threadcontext.models import SessionBinding
+
+    thread_id = (
+        SessionBinding.objects.filter(
+            bot_profile=wake.bot.slug, chat_id=wake.chat_id, scope_key=wake.root_msg_id, retired_at__isnull=True
+        )
+        .values_list("agent_thread_id", flat=True)
+        .first()
+    )
+    return Thread.objects.filter(pk=thread_id).first() if thread_id is not None else None
 
 
 def _wake_end(*, wake: DiscussWake, status: str, error: str, extra: list[str] | None = None) -> None:

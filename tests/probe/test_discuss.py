@@ -417,3 +417,60 @@ def test_explain_of_a_mention_turn_shows_no_gate_P1_P11(
     assert response.status_code == 200
     assert (response.context["explain"]["wake"], response.context["explain"]["gate"]) == (None, [])
     assert "The gate did not run" in response.content.decode()
+
+
+def test_contract_is_its_own_message_and_captures_nothing_of_the_request_P9(
+    feishu, discuss_feishu_bot, llm_stub, django_capture_on_commit_callbacks
+):
+    """TestDiscussActivationDoesNotCaptureInlineImages, in our terms: the user's message (and anything attached to
+    it) stays on its own message before the contract; the contract carries only the contract."""
+    llm_stub.enqueue(
+        "anthropic", StubResponse(body=anthropic_body(tool_calls=[("decide", {"should_act": "send", "reason": ""})]))
+    )
+    feishu.say(discuss_feishu_bot, text="see the attached diagram, thoughts?", chat_id="oc_team")
+    sweep_later(django_capture_on_commit_callbacks)
+    messages = llm_stub.requests_for("openai_chat")[0].json["messages"]
+    assert messages[-1]["content"] == activation_contract(reason="")
+    assert "evaluator's notes" not in messages[-1]["content"]  # a blank reason renders no notes
+    assert "attached diagram" not in messages[-1]["content"]
+    assert "attached diagram" in messages[-2]["content"]
+
+
+def test_the_gate_carries_the_topics_session_once_it_exists_P8(
+    feishu, discuss_feishu_bot, llm_stub, caplog, django_capture_on_commit_callbacks
+):
+    # given a topic whose first wake started a session
+    caplog.set_level(logging.INFO, logger="probe.services")
+    decide_send = anthropic_body(tool_calls=[("decide", {"should_act": "send", "reason": "r"})])
+    decide_no = anthropic_body(tool_calls=[("decide", {"should_act": "no_action", "reason": "r"})])
+    llm_stub.enqueue("anthropic", StubResponse(body=decide_send), StubResponse(body=decide_no))
+    feishu.say(discuss_feishu_bot, text="kick-off: release plan", chat_id="oc_team", message_id="om_k")
+    sweep_later(django_capture_on_commit_callbacks)
+    thread_id = Turn.objects.get().thread_id
+    # when a later message in the same topic wakes the gate again
+    feishu.say(discuss_feishu_bot, text="sounds good", chat_id="oc_team", root_id="om_k", thread_id="omt_1")
+    sweep_later(django_capture_on_commit_callbacks)
+    # then: the second judgement and its log record carry the session
+    first_row, second_row = ProbeJudgement.objects.order_by("id")
+    assert (first_row.thread_id, second_row.thread_id) == (thread_id, thread_id)  # the first is linked on activation
+    records = [r for r in caplog.records if r.name == "probe.services"]
+    assert [r.session_id for r in records] == ["", str(thread_id)]
+
+
+def test_rest_turns_never_run_the_gate_P1(discuss_feishu_bot, llm_stub, caplog):
+    """P1: a REST message to a discuss-mode bot is a turn without any probe and without any gate record."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    from tests.agents.factories import ThreadFactory
+
+    caplog.set_level(logging.DEBUG, logger="probe.services")
+    thread = ThreadFactory(bot=discuss_feishu_bot)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=discuss_feishu_bot.owner).key}")
+    response = client.post(f"/api/v1/threads/{thread.pk}/messages/", {"content": "hello"}, format="json")
+    assert response.status_code == 202
+    assert Turn.objects.get().trigger == "rest"
+    assert llm_stub.requests_for("anthropic") == []
+    assert (ProbeJudgement.objects.count(), DiscussWake.objects.count()) == (0, 0)
+    assert [r for r in caplog.records if r.name == "probe.services"] == []
