@@ -134,3 +134,36 @@ def test_f2_unreadable_payload_is_ignored_not_retried(make_feishu_bot):
 
     event.refresh_from_db()
     assert (event.status, event.error) == (InboundEvent.Status.IGNORED, "unreadable")
+
+
+def test_f2_feishu_turn_never_enqueued_is_swept(make_feishu_bot, mocker):
+    from amuxweb.feishu.tasks import feishu_turn_process
+    from tests.agents.factories import ThreadFactory
+
+    # given: a queued Feishu turn whose enqueue was lost, and one waiting for a provider retry
+    bot = make_feishu_bot()
+    thread = ThreadFactory(bot=bot, channel="feishu")
+    lost = Turn.objects.create(bot=bot, thread=thread, trigger="mention", source_message_id="om_lost")
+    waiting = Turn.objects.create(bot=bot, thread=thread, trigger="mention", source_message_id="om_wait", attempts=1)
+    Turn.objects.update(queued_at=timezone.now() - timedelta(minutes=5))
+    enqueue = mocker.patch.object(feishu_turn_process, "apply_async")
+    # when
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        inbound_events_sweep()
+    # then: only the lost one (the waiting one's own Celery retry is pending)
+    enqueue.assert_called_once_with(args=[lost.pk, ""], retry=False)
+    assert Turn.objects.get(pk=waiting.pk).status == "queued"
+
+
+def test_f1_database_outage_answers_503_so_feishu_retries(feishu, make_feishu_bot, mocker):
+    from django.db import OperationalError as DatabaseOperationalError
+
+    bot = make_feishu_bot()
+    mocker.patch.object(InboundEvent.objects, "create", side_effect=DatabaseOperationalError("server closed"))
+
+    response, _ = feishu.say(bot, text="hello", mention=[bot])
+
+    assert response.status_code == 503
+    assert response.json() == {"message": "Temporarily unavailable.", "extra": {}}
+    mocker.stopall()
+    assert InboundEvent.objects.count() == 0

@@ -87,6 +87,7 @@ def feishu_turns_sweep(*, now=None) -> list[int]:
     turn_pks = list(
         Turn.objects.filter(
             status=Turn.Status.QUEUED,
+            attempts=0,  # never started: its enqueue was lost (a turn waiting for a retry has attempts > 0)
             thread__channel="feishu",
             queued_at__lt=now - timedelta(seconds=TURN_SWEEP_AFTER_SECONDS),
         ).values_list("pk", flat=True)[:200]
