@@ -102,7 +102,7 @@ def _timestamp_is_stale(headers: dict[str, str], *, max_age_seconds: int, now: f
         stamp = int(raw)
     except ValueError:
         return True
-    return now - stamp > max_age_seconds
+    return abs(now - stamp) > max_age_seconds  # far-future stamps are as suspect as old ones
 
 
 def webhook_handle(

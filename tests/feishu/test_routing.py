@@ -302,3 +302,19 @@ def test_f5_bot_without_feishu_credentials_records_its_reply(feishu, make_feishu
 
     assert OutboundDelivery.objects.get().status == "recorded"
     assert feishu.stub.requests == []
+
+
+def test_f6_unknown_bot_open_id_keeps_the_event_for_a_retry_instead_of_dropping_the_mention(
+    feishu, make_feishu_bot, mocker
+):
+    # given: bot/v3/info fails, so the bot cannot tell whether it was @-ed
+    bot = make_feishu_bot()
+    feishu.stub.fail_next("bot_info", status=500, code=500, msg="internal error", times=50)
+    mocker.patch("amuxweb.feishu.client.time.sleep")
+    # when
+    feishu.say(bot, text="hello", mention=[bot])
+    # then: not processed, back to pending for the sweeper; no turn, nothing sent
+    event = InboundEvent.objects.get()
+    assert (event.status, event.attempts) == ("pending", 1)
+    assert "open_id is unknown" in event.error
+    assert Turn.objects.count() == 0

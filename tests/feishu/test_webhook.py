@@ -228,3 +228,13 @@ def test_ping_is_a_trivial_view(client):
 
 def _headers(request) -> dict:
     return {k: v for k, v in request.django_headers().items() if k != "HTTP_CONTENT_TYPE"}
+
+
+def test_f1_far_future_timestamp_is_refused(feishu, make_feishu_bot, settings):
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+
+    response = feishu.post(bot, payload, timestamp=int(time.time()) + settings.FEISHU_MAX_EVENT_AGE_SECONDS + 60)
+
+    assert response.status_code == 400
+    assert InboundEvent.objects.count() == 0

@@ -143,6 +143,9 @@ def inbound_message_route(*, bot: Bot, payload: dict) -> RouteResult:
     if parsed is None:
         return RouteResult(IGNORED_UNREADABLE)
     bot_open_id = bot_open_id_ensure(bot=bot)
+    if not bot_open_id and bot.has_feishu_credentials and parsed.mentions and not parsed.is_direct:
+        # F6: without its own open_id the bot cannot tell whether it was @-ed; retry later rather than drop an @.
+        raise feishu_client.FeishuApiError("the bot's open_id is unknown (bot/v3/info failed)")
     if _is_own_echo(bot=bot, parsed=parsed, bot_open_id=bot_open_id):
         return RouteResult(IGNORED_OWN_ECHO)  # C3: the bot's own message echoed back is never collected
     text = parsed.text_without_mention_keys()
