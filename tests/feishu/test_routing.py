@@ -1,6 +1,7 @@
 """Processing and routing of stored events (ARCHITECTURE §5 step 2; C2-C4, C7, C8, C14, F5, F6)."""
 
 import json
+import re
 
 import pytest
 
@@ -318,3 +319,37 @@ def test_f6_unknown_bot_open_id_keeps_the_event_for_a_retry_instead_of_dropping_
     assert (event.status, event.attempts) == ("pending", 1)
     assert "open_id is unknown" in event.error
     assert Turn.objects.count() == 0
+
+
+def test_c7_card_without_inline_text_is_filled_from_the_local_agent_output_item(feishu, make_feishu_bot):
+    from threadcontext.services import thread_event_record_agent_output
+
+    # given: another bot's card output, recorded locally as agent_output, with no inline text on Feishu
+    bot = make_feishu_bot()
+    feishu.stub.add_message(message_id="om_card", msg_type="interactive", content={"elements": []}, chat_id="oc_group")
+    thread_event_record_agent_output(
+        bridge_id="cli_other_bot",
+        bot_profile="other",
+        chat_id="oc_group",
+        root_msg_id="om_card",
+        message_id="om_card",
+        text="Plan: 1. parse 2. render",
+    )
+    # when
+    feishu.say(bot, text="do step 1", mention=[bot], parent_id="om_card", message_id="om_q")
+    # then
+    prompt = Turn.objects.get().user_message.prompt
+    assert prompt.startswith("[Amux Feishu Quoted Reply]")
+    assert "Plan: 1. parse 2. render" in prompt
+
+
+def test_c7_quoted_text_is_capped(feishu, make_feishu_bot, settings):
+    bot = make_feishu_bot()
+    feishu.stub.add_message(message_id="om_long", text="x" * 20000, chat_id="oc_group")
+
+    feishu.say(bot, text="summarise", mention=[bot], parent_id="om_long", message_id="om_s")
+
+    prompt = Turn.objects.get().user_message.prompt
+    quoted_run = max(len(run) for run in re.findall("x+", prompt))
+    # capped at the limit, the truncation marker included in the budget
+    assert settings.AMUX_QUOTED_REPLY_MAX_RUNES - 100 < quoted_run < settings.AMUX_QUOTED_REPLY_MAX_RUNES

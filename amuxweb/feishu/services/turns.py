@@ -107,21 +107,15 @@ def quoted_text_read(*, bot: Bot, parsed: ParsedMessage) -> str:
 
     Raises FeishuApiError when the read fails (the caller answers the user and submits nothing).
     """
+    from amuxweb.feishu.models import OutboundDelivery
     from amuxweb.feishu.parsing import content_text
-    from threadcontext.models import ThreadContextItem
+    from threadcontext.selectors import context_item_text_get
 
     fetched = feishu_client.message_get(bot=bot, message_id=parsed.parent_id)
     text = content_text(message_type=fetched.msg_type, content=fetched.content)
     if not text.strip():
-        item = (
-            ThreadContextItem.objects.filter(event__message_id=parsed.parent_id, item_type="agent_output")
-            .order_by("-id")
-            .first()
-        )
-        text = item.text if item is not None else ""
-    if not text.strip():
-        from amuxweb.feishu.models import OutboundDelivery
-
+        text = context_item_text_get(chat_id=parsed.chat_id, message_id=parsed.parent_id) or ""
+    if not text.strip():  # this bot's own delivered output that was never collected (e.g. in a DM)
         delivery = OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parsed.parent_id).first()
         text = delivery.content if delivery is not None else ""
     return text
