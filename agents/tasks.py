@@ -48,3 +48,11 @@ def automation_run_task(self, automation_id: int, run_id: str = "") -> int | Non
                 continue  # see turn_run_task
             raise self.retry(exc=exc, countdown=exc.countdown_seconds) from exc
         return reply.pk if reply else None
+
+
+@shared_task
+def turns_sweep_task() -> int:
+    """Beat ("agents-turns-sweep"): re-enqueue REST turns whose enqueue was lost (broker down at the time)."""
+    from agents.services.turns import turns_sweep
+
+    return turns_sweep()

@@ -22,6 +22,7 @@ sends the returned message itself (idempotent by its uuid).
 import logging
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -386,8 +387,6 @@ REST_MESSAGE_MAX_CHARS = 32000
 
 def rest_message_post(*, thread: Thread, content: str, author: str = "") -> tuple[Message, Turn]:
     """REST chat: store the user message (mask from the thread, V4), create its turn, run it after commit."""
-    from agents.tasks import turn_run_task
-
     with transaction.atomic():
         message = message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content=content, author=author)
         turn, _ = turn_get_or_create(
@@ -397,8 +396,45 @@ def rest_message_post(*, thread: Thread, content: str, author: str = "") -> tupl
             source_message_id=f"rest:{message.pk}",
             user_message=message,
         )
-        transaction.on_commit(lambda: turn_run_task.delay(turn.pk))
+        transaction.on_commit(lambda: turn_enqueue(turn_id=turn.pk))
     return message, turn
+
+
+def turn_enqueue(*, turn_id: int) -> bool:
+    """Queue `turn_run_task`; False (logged) when the broker cannot take it — `turns_sweep` retries later."""
+    from kombu.exceptions import OperationalError
+
+    from agents.tasks import turn_run_task
+
+    try:
+        turn_run_task.delay(turn_id)
+    except OperationalError as exc:
+        logger.warning("turn enqueue failed; the sweeper will retry", extra={"turn_id": turn_id, "error": str(exc)})
+        return False
+    return True
+
+
+# REST turns still queued, never attempted, this long after they were created lost their enqueue (broker down).
+TURN_SWEEP_AFTER_SECONDS = 60
+TURN_SWEEP_BATCH = 500
+
+
+def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
+    """Re-enqueue REST turns whose task never ran (the turn is idempotent: a duplicate enqueue is harmless).
+
+    Feishu turns have the bridge's own sweeper; automation runs are created inside their task; turns waiting
+    for a Celery retry have attempts > 0 and are left to it.
+    """
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    stale = list(
+        Turn.objects.filter(
+            trigger=Turn.Trigger.REST, status=Turn.Status.QUEUED, attempts=0, queued_at__lt=cutoff
+        ).values_list("pk", flat=True)[:TURN_SWEEP_BATCH]
+    )
+    enqueued = sum(turn_enqueue(turn_id=turn_id) for turn_id in stale)
+    if stale:
+        logger.info("turns swept", extra={"found": len(stale), "enqueued": enqueued})
+    return enqueued
 
 
 def turn_get(*, user, turn_id: int) -> Turn:

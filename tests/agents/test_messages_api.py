@@ -223,3 +223,35 @@ def test_v2_chat_rest_messages_get_chat_masks_and_feed_the_next_turns_context(
         ("user_message", 3, "two"),
         ("agent_reply", 3, f"{ECHO_LABEL} I received 2 context messages; you said: two"),
     ]
+
+
+def test_t2_a_lost_enqueue_still_answers_202_and_the_sweeper_runs_the_turn(
+    people, mocker, django_capture_on_commit_callbacks
+):
+    # given: the broker is down when the message is posted
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from kombu.exceptions import OperationalError
+
+    from agents.services.turns import turns_sweep
+    from agents.tasks import turn_run_task
+
+    thread = ThreadFactory(bot=people["bot"])
+    real_delay = turn_run_task.delay
+    delay = mocker.patch.object(turn_run_task, "delay", side_effect=OperationalError("Error 111 connecting"))
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client_for(people["owner"]).post(messages_url(thread), {"content": "hi"}, format="json")
+    assert response.status_code == 202
+    turn = Turn.objects.get()
+    assert (turn.status, turn.attempts, delay.call_count) == (Turn.Status.QUEUED, 0, 1)
+    # when: the broker is back and the sweeper runs a minute later (a fresh turn is left alone)
+    delay.side_effect = real_delay
+    assert turns_sweep() == 0
+    Turn.objects.update(queued_at=timezone.now() - timedelta(seconds=61))
+    swept = turns_sweep()
+    # then
+    turn.refresh_from_db()
+    assert swept == 1
+    assert turn.status == Turn.Status.DELIVERED
+    assert Message.objects.filter(kind=Message.Kind.AGENT_REPLY).count() == 1
