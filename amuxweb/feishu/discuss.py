@@ -13,11 +13,12 @@ lost. A wake whose judge hit a provider fault is retried with backoff; after MAX
 """
 
 import logging
+import threading
 from datetime import datetime, timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -39,6 +40,9 @@ RETRY_BACKOFF_SECONDS = (30, 120)  # after attempt 1, after attempt 2
 # budget trims further.
 TRANSCRIPT_ITEM_LIMIT = 40
 SWEEP_BATCH = 200
+# A wake still `running` this long after its claim was abandoned by a dead worker (the judge times out at 45 s
+# and starting the turn only enqueues it).
+RUNNING_ABANDONED_AFTER_SECONDS = 300
 
 # What discuss_wake_fire returns (for tests, logs and the bench).
 FIRE_NOT_DUE = "not_due"
@@ -66,7 +70,9 @@ def _fire_enqueue(*, wake_id: int, eta: datetime) -> None:
     """After commit, queue the fire task for `eta`; eager runs (no broker) leave wakes to the beat sweeper."""
     if discuss_wake_fire_task.app.conf.task_always_eager:
         # An eager apply_async would run now, before the wake is due (and a not-yet-due wake would re-queue
-        # itself in a loop): without a broker the sweeper fires the wake once due.
+        # itself in a loop). Without a broker, an in-process timer plays the eta (AMUX_DISCUSS_WAKE_TIMER).
+        if settings.AMUX_DISCUSS_WAKE_TIMER:
+            transaction.on_commit(lambda: _fire_timer_start(wake_id=wake_id, eta=eta))
         return
 
     def enqueue() -> None:
@@ -80,6 +86,21 @@ def _fire_enqueue(*, wake_id: int, eta: datetime) -> None:
             logger.warning("discuss wake not enqueued; the sweeper will fire it", extra={"wake_id": wake_id})
 
     transaction.on_commit(enqueue)
+
+
+def _fire_timer_start(*, wake_id: int, eta: datetime) -> None:
+    def fire() -> None:
+        try:
+            discuss_wake_fire(wake_id=wake_id)
+        except Exception:  # a thread has no caller to raise to: log it; the wake stays visible in the admin
+            logger.exception("discuss wake timer failed", extra={"wake_id": wake_id})
+        finally:
+            connection.close()
+
+    delay = max((eta - timezone.now()).total_seconds(), 0.0)
+    timer = threading.Timer(delay, fire)
+    timer.daemon = True
+    timer.start()
 
 
 def discuss_wake_schedule(
@@ -180,11 +201,21 @@ def discuss_activation_start(*, bot: Bot, wake: DiscussWake, gate: GateResult) -
     return feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DISCUSS, activation_contract=contract)
 
 
-def _claim(*, wake_id: int, now: datetime) -> bool:
-    """pending (or failed and due for a retry) and due → running, atomically: one worker fires a wake."""
+def _claimable(*, now: datetime) -> Q:
+    """Due wakes a worker may take: pending, failed with attempts left, or running but abandoned (the worker
+    died mid-fire: nothing else would ever finish it; a second probe is possible, a second turn is not)."""
     retryable = Q(status=DiscussWake.Status.FAILED, attempts__lt=MAX_ATTEMPTS)
-    claimable = Q(status=DiscussWake.Status.PENDING) | retryable
-    updated = DiscussWake.objects.filter(claimable, pk=wake_id, due_at__lte=now).update(
+    abandoned = Q(
+        status=DiscussWake.Status.RUNNING,
+        attempts__lt=MAX_ATTEMPTS,
+        updated_at__lt=now - timedelta(seconds=RUNNING_ABANDONED_AFTER_SECONDS),
+    )
+    return (Q(status=DiscussWake.Status.PENDING) | retryable | abandoned) & Q(due_at__lte=now)
+
+
+def _claim(*, wake_id: int, now: datetime) -> bool:
+    """A claimable wake → running, atomically (one conditional UPDATE): one worker fires a wake."""
+    updated = DiscussWake.objects.filter(_claimable(now=now), pk=wake_id).update(
         status=DiscussWake.Status.RUNNING, attempts=F("attempts") + 1, updated_at=now
     )
     return updated == 1
@@ -264,12 +295,7 @@ def _wake_end(*, wake: DiscussWake, status: str, error: str, extra: list[str] | 
 def discuss_wakes_sweep(*, now: datetime | None = None) -> list[str]:
     """Fire every wake past due whose task was lost (or that waits for its retry); beat runs it every 5 s."""
     now = now or timezone.now()
-    retryable = Q(status=DiscussWake.Status.FAILED, attempts__lt=MAX_ATTEMPTS)
-    due = (
-        DiscussWake.objects.filter(Q(status=DiscussWake.Status.PENDING) | retryable, due_at__lte=now)
-        .order_by("due_at")
-        .values_list("pk", flat=True)[:SWEEP_BATCH]
-    )
+    due = DiscussWake.objects.filter(_claimable(now=now)).order_by("due_at").values_list("pk", flat=True)[:SWEEP_BATCH]
     return [discuss_wake_fire(wake_id=wake_id, now=now) for wake_id in list(due)]
 
 

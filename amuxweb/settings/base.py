@@ -172,6 +172,9 @@ CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
 }
 # The discuss wake's tasks live in the bridge's discuss module, which autodiscovery (tasks.py) does not import.
 CELERY_IMPORTS = ("amuxweb.feishu.discuss",)
+# Without a broker (Celery eager, the embedded default) nothing runs a task later: a debounced discuss wake is
+# then fired by an in-process timer thread instead of a task with an eta.
+AMUX_DISCUSS_WAKE_TIMER = True
 
 # --- Feishu ----------------------------------------------------------------------------------------------
 FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")

@@ -16,6 +16,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 FEISHU_DOMAIN = "http://127.0.0.1:9"  # nothing listens: a test that forgets its stub server fails loudly
+AMUX_DISCUSS_WAKE_TIMER = False  # tests fire discuss wakes explicitly (an injected clock), never from a thread
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"timeout": 20}

@@ -474,3 +474,17 @@ def test_rest_turns_never_run_the_gate_P1(discuss_feishu_bot, llm_stub, caplog):
     assert llm_stub.requests_for("anthropic") == []
     assert (ProbeJudgement.objects.count(), DiscussWake.objects.count()) == (0, 0)
     assert [r for r in caplog.records if r.name == "probe.services"] == []
+
+
+def test_a_wake_abandoned_by_a_dead_worker_is_fired_by_the_sweeper_P10(judged_bot, llm_stub):
+    # given a wake a worker claimed (running) and then died on
+    wake = say(judged_bot, 1, T0)
+    DiscussWake.objects.filter(pk=wake.pk).update(status="running", attempts=1, updated_at=T0 + ms(1000))
+    # when the sweeper runs before and after the abandonment delay
+    early = discuss_wakes_sweep(now=T0 + ms(1000) + timedelta(seconds=60))
+    late = discuss_wakes_sweep(now=T0 + ms(1000) + timedelta(seconds=discuss.RUNNING_ABANDONED_AFTER_SECONDS + 1))
+    # then
+    assert (early, late) == ([], [discuss.FIRE_DECLINED])
+    wake.refresh_from_db()
+    assert (wake.status, wake.attempts) == ("done", 2)
+    assert ProbeJudgement.objects.count() == 1
