@@ -353,3 +353,27 @@ def test_c7_quoted_text_is_capped(feishu, make_feishu_bot, settings):
     quoted_run = max(len(run) for run in re.findall("x+", prompt))
     # capped at the limit, the truncation marker included in the budget
     assert settings.AMUX_QUOTED_REPLY_MAX_RUNES - 100 < quoted_run < settings.AMUX_QUOTED_REPLY_MAX_RUNES
+
+
+def test_t2_transient_provider_error_retries_the_bridge_turn_and_replies_once(feishu, make_feishu_bot, llm_stub):
+    from agents.models import Provider
+    from tests.agents.factories import LLMModelFactory, ProviderFactory
+    from tests.stubs.llm_servers import StubResponse, openai_chat_body, openai_error_body
+
+    # given: a real OpenAI-compatible provider (the local LLM stub) that fails once with a 503, then answers
+    provider = ProviderFactory(
+        kind=Provider.Kind.OPENAI_CHAT, base_url=llm_stub.url("/v1"), api_key="k", max_retries=0, timeout_seconds=10
+    )
+    bot = make_feishu_bot(primary_model=LLMModelFactory(provider=provider, name="gpt-4o"))
+    llm_stub.enqueue(
+        "openai_chat",
+        StubResponse(status=503, body=openai_error_body(message="overloaded", type_="server_error")),
+        StubResponse(body=openai_chat_body(text="Here is the plan.")),
+    )
+    # when
+    feishu.say(bot, text="plan it", mention=[bot], message_id="om_retry")
+    # then: the task retried, the turn was delivered once, one message on Feishu
+    turn = Turn.objects.get()
+    assert (turn.status, turn.attempts) == ("delivered", 2)
+    assert len(llm_stub.requests_for("openai_chat")) == 2
+    assert _sent_texts(feishu.stub) == ["Here is the plan."]
