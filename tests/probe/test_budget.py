@@ -142,3 +142,28 @@ def test_oversized_structured_payload_gives_no_window_P5():
 
 def test_budget_zero_admits_nothing_P5():
     assert admit_window(messages=[user("hi")], budget=0) == []
+
+
+ROLES = st.sampled_from(["user", "assistant", "tool", "Tool"])
+MESSAGES = st.lists(
+    st.builds(lambda role, size: ChatMessage(role=role, content="m" * size), ROLES, st.integers(0, 30000)),
+    max_size=25,
+)
+
+
+@given(MESSAGES, st.integers(min_value=1, max_value=16384))
+def test_window_properties_hold_for_any_transcript_P5(messages, budget):
+    """The window is a suffix of the input ending on the newest message (or empty), never opens on a tool
+    result, and fits the budget - except a lone newest message, which is cut to the budget in characters."""
+    window = admit_window(messages=messages, budget=budget)
+    if not window:
+        return
+    assert window[0].role.lower() != "tool"
+    if len(window) == 1 and TRUNCATION_SEPARATOR in window[0].content and window[0] != messages[-1]:
+        assert len(window[0].content) == budget + len(TRUNCATION_SEPARATOR)
+        return
+    assert window == messages[len(messages) - len(window) :]
+    if len(window) > 1:
+        assert sum(message_tokens(m) for m in window) <= budget
+    else:  # a lone newest message is kept when it fits in characters (1 char = 1 token, conservative)
+        assert message_tokens(window[0]) <= budget or len(window[0].content) <= budget
