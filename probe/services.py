@@ -2,6 +2,29 @@
 
 `probe_gate_run` is called by the bridge's discuss wake (amuxweb.feishu.discuss) and never by DMs, REST or
 @-addressed turns (P1). Every exit writes exactly one structured log record and one ProbeJudgement row.
+
+Exit table (reference §1.6; gate_ran False = no gate, the turn runs as without the feature):
+
+    cause                               gate_ran  outcome             level   when
+    mode_off                            False     disabled            DEBUG   probe mode "off" (ours)
+    not_configured                      False     disabled            DEBUG   inherit, owner has no title model
+                                                                              (or no profile row at all: our choice)
+    fallback_lookup_failed              False     disabled            WARN    inherit, the profile read failed
+    inherited_model_cannot_call_tools   False     disabled            WARN    inherit, title model without tool calls
+    config_unreadable                   True      error               WARN    model, the model read failed; or an
+                                                                              unknown mode value (our choice)
+    model_unresolvable                  True      error               WARN    the judge is gone or disabled, or its
+                                                                              provider is; "model" with no model
+                                                                              (SET_NULL after a delete: our choice).
+                                                                              Inherited too: asymmetry kept
+    configured_model_cannot_call_tools  True      error               WARN    model, judge without tool calls
+    model_window_too_small              True      error               WARN    window cannot hold a minimal request
+    no_valid_window                     True      error               WARN    nothing admissible to judge
+    credentials_unresolvable            True      error               WARN    no client for the provider
+    model_call_failed                   True      error               WARN    provider error, timeout, overflow
+                                                                              (retryable ones retry the wake)
+    judged                              True      act / no_action     INFO    a verdict
+                                                  missing / malformed WARN
 """
 
 import logging
