@@ -156,8 +156,11 @@ CELERY_BEAT_SCHEDULE["thread-context-prune"] = {
     "schedule": 24 * 3600.0,
 }
 # Who besides staff may read /api/v1/context/decisions/: a dotted path to check(user, bot_profile) -> bool
-# (threadcontext cannot import agents); empty = staff only.
-AMUX_CONTEXT_DECISION_ACCESS_CHECK = env("AMUX_CONTEXT_DECISION_ACCESS_CHECK", default="")
+# (threadcontext cannot import agents, so the composition root wires it). Default: a bot's owner reads its
+# decisions, as with its threads (ARCHITECTURE §7); empty = staff only.
+AMUX_CONTEXT_DECISION_ACCESS_CHECK = env(
+    "AMUX_CONTEXT_DECISION_ACCESS_CHECK", default="agents.selectors.user_owns_bot_profile"
+)
 
 # --- Probe gate (P3, P10): debounce defaults of discuss wakes (a bot may override), config cache -----------
 AMUX_PROBE_DEBOUNCE_INITIAL_MS = env.int("AMUX_PROBE_DEBOUNCE_INITIAL_MS", default=3000)

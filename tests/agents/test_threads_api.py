@@ -142,9 +142,8 @@ def test_user_owns_bot_profile_is_the_ownership_rule_for_context_decisions(peopl
 
 
 @pytest.mark.parametrize(("role", "expected_status"), [("owner", 200), ("other", 403), ("staff", 200)])
-def test_user_owns_bot_profile_plugged_into_the_context_decisions_api(people, settings, role, expected_status):
-    # given the ownership check configured the way the README says
-    settings.AMUX_CONTEXT_DECISION_ACCESS_CHECK = "agents.selectors.user_owns_bot_profile"
+def test_context_decisions_api_lets_a_bots_owner_read_by_default(people, role, expected_status):
+    # given the default settings: AMUX_CONTEXT_DECISION_ACCESS_CHECK is the ownership rule (ARCHITECTURE §7)
 
     # when
     response = _client_for(people[role]).get("/api/v1/context/decisions/?profile=planner")
