@@ -488,3 +488,21 @@ def test_a_wake_abandoned_by_a_dead_worker_is_fired_by_the_sweeper_P10(judged_bo
     wake.refresh_from_db()
     assert (wake.status, wake.attempts) == ("done", 2)
     assert ProbeJudgement.objects.count() == 1
+
+
+def test_a_reply_to_the_bot_bypasses_the_gate_P1(
+    feishu, discuss_feishu_bot, llm_stub, caplog, django_capture_on_commit_callbacks
+):
+    # given a message the bot posted (after an @)
+    feishu.say(discuss_feishu_bot, text="summarise please", mention=[discuss_feishu_bot], chat_id="oc_team")
+    bot_message_id = OutboundDelivery.objects.get().feishu_message_id
+    assert bot_message_id
+    caplog.set_level(logging.DEBUG, logger="probe.services")
+    # when someone replies to it without an @
+    feishu.say(discuss_feishu_bot, text="can you shorten it?", chat_id="oc_team", parent_id=bot_message_id)
+    sweep_later(django_capture_on_commit_callbacks)
+    # then: a reply turn, no wake, no probe, no gate record
+    assert sorted(Turn.objects.values_list("trigger", flat=True)) == ["mention", "reply"]
+    assert (DiscussWake.objects.count(), ProbeJudgement.objects.count()) == (0, 0)
+    assert llm_stub.requests_for("anthropic") == []
+    assert [r for r in caplog.records if r.name == "probe.services"] == []

@@ -281,3 +281,13 @@ def test_ungated_exit_still_writes_one_row_P8(make_discuss_bot):
     assert (result.gate_ran, result.proceeds, result.outcome) == (False, True, "disabled")
     assert ProbeJudgement.objects.filter(bot=bot, cause=Cause.MODE_OFF, gate_ran=False).count() == 1
     assert not UserProfile.objects.exists()
+
+
+def test_a_cached_gate_costs_only_its_judgement_row_P3(make_judge, make_discuss_bot, django_assert_num_queries):
+    """P3 end to end: with the configuration cached, the gate's only query is the ProbeJudgement insert."""
+    bot = make_discuss_bot(mode=Bot.ProbeMode.MODEL, judge=make_judge(context_window=4000))
+    probe_gate_run(bot=bot, transcript=TRANSCRIPT)  # warms the cache
+    with django_assert_num_queries(1) as captured:
+        result = probe_gate_run(bot=bot, transcript=TRANSCRIPT)
+    assert result.cause == Cause.MODEL_WINDOW_TOO_SMALL
+    assert captured.captured_queries[0]["sql"].startswith("INSERT INTO")
