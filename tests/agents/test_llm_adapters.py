@@ -341,3 +341,50 @@ def test_t1_sdk_retries_follow_provider_max_retries(api, llm_stub):
     # then
     assert result.text == "second time lucky"
     assert len(llm_stub.requests) == 2
+
+
+def test_t1_openai_responses_failed_status_is_transient_for_a_server_error(llm_stub):
+    # given: a 200 whose response object says it failed on the server side
+    model = model_for("openai_responses", llm_stub)
+    body = BODY_BUILDERS["openai_responses"](text=None, status="failed")
+    body["error"] = {"code": "server_error", "message": "The model failed to generate a response."}
+    llm_stub.enqueue("openai_responses", StubResponse(body=body))
+    # when
+    with pytest.raises(TransientError) as caught:
+        llm_client_for(model=model).complete(text_request("openai_responses"))
+    # then
+    assert caught.value.message.endswith("response failed: The model failed to generate a response.")
+
+
+def test_t1_anthropic_window_exceeded_stop_reason_is_overflow(llm_stub):
+    # given
+    model = model_for("anthropic", llm_stub)
+    llm_stub.enqueue(
+        "anthropic",
+        StubResponse(body=BODY_BUILDERS["anthropic"](text=None, stop_reason="model_context_window_exceeded")),
+    )
+    # when / then
+    with pytest.raises(ContextOverflowError):
+        llm_client_for(model=model).complete(text_request("anthropic"))
+
+
+def test_t1_gemini_blocked_prompt_is_permanent(llm_stub):
+    # given: no candidates, the prompt was blocked
+    model = model_for("gemini", llm_stub)
+    body = {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 5}}
+    llm_stub.enqueue("gemini", StubResponse(body=body))
+    # when
+    with pytest.raises(PermanentError) as caught:
+        llm_client_for(model=model).complete(text_request("gemini"))
+    # then
+    assert "SAFETY" in caught.value.message
+
+
+def test_t1_connection_refused_is_transient():
+    # given: nothing listens on the provider's port
+    provider = ProviderFactory(kind=Provider.Kind.OPENAI_CHAT, base_url="http://127.0.0.1:9/v1", max_retries=0)
+    model = LLMModelFactory(provider=provider, name="gpt-4o")
+    # when / then
+    with pytest.raises(TransientError) as caught:
+        llm_client_for(model=model).complete(text_request("openai_chat"))
+    assert "connection failed" in caught.value.message
