@@ -297,6 +297,8 @@ def turn_run(
     }
 
     try:
+        if not turn.bot.is_enabled:
+            raise PermanentError(f"The bot {turn.bot.slug} is disabled.")
         if not (model.is_enabled and model.provider.is_enabled):
             raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
         client = llm_client_for(model=model)

@@ -292,6 +292,24 @@ def test_t2_disabled_provider_fails_without_a_call(llm_stub):
     assert llm_stub.requests == []
 
 
+def test_t2_disabled_bot_fails_without_a_call(llm_stub):
+    # given
+    bot = stub_bot(llm_stub)
+    turn = rest_turn(ThreadFactory(bot=bot))
+    bot.is_enabled = False
+    bot.save(update_fields=["is_enabled"])
+    # when
+    reply = turn_run(turn=turn)
+    # then
+    turn.refresh_from_db()
+    assert (reply, turn.status, turn.error) == (
+        None,
+        Turn.Status.FAILED,
+        f"PermanentError: The bot {bot.slug} is disabled.",
+    )
+    assert llm_stub.requests == []
+
+
 def test_t3_primary_input_is_system_prompt_context_then_the_new_prompt(llm_stub):
     # given: a chat thread with history; the new message's context excludes itself
     thread = ThreadFactory(bot=stub_bot(llm_stub, system_prompt="You are Tutu."))
