@@ -167,7 +167,11 @@ def discuss_transcript_build(
     """
     from threadcontext.models import SessionBinding, ThreadContextItem
 
-    items = ThreadContextItem.objects.filter(chat_id=chat_id)
+    # Every bot's bridge records its own copy of the people's messages: read this bridge's copies, and the
+    # agent outputs of every bot (each recorded once, by the bot that spoke).
+    items = ThreadContextItem.objects.filter(
+        Q(bridge_id=bot.bridge_id) | Q(item_type=ThreadContextItem.ItemType.AGENT_OUTPUT), chat_id=chat_id
+    )
     if root_msg_id != SessionBinding.GROUP_SCOPE_KEY:  # the group key reads the whole chat
         items = items.filter(root_msg_id=root_msg_id)
     rows = list(items.order_by("-id").values("bridge_id", "item_type", "author_label", "text")[:limit])

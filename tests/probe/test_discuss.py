@@ -506,3 +506,31 @@ def test_a_reply_to_the_bot_bypasses_the_gate_P1(
     assert (DiscussWake.objects.count(), ProbeJudgement.objects.count()) == (0, 0)
     assert llm_stub.requests_for("anthropic") == []
     assert [r for r in caplog.records if r.name == "probe.services"] == []
+
+
+def test_transcript_reads_this_bridges_copies_and_every_bots_outputs(judged_bot):
+    """Two bots in one group: people's messages once (this bridge's copy), both bots' outputs, own as assistant."""
+
+    # given
+    def item(bridge_id: str, item_type: str, label: str, text: str) -> None:
+        event = ThreadEvent.objects.create(
+            chat_id=CHAT, root_msg_id=ROOT, message_id=f"om_{text}", event_type=item_type, bridge_id=bridge_id,
+            bot_profile="x", text=text,
+        )  # fmt: skip
+        ThreadContextItem.objects.create(
+            event=event, chat_id=CHAT, root_msg_id=ROOT, bridge_id=bridge_id, item_type=item_type,
+            author_label=label, text=text,
+        )  # fmt: skip
+
+    item(judged_bot.bridge_id, "human_message", "ou_alice", "hello")
+    item("cli_other", "human_message", "ou_alice", "hello-copy")
+    item("cli_other", "agent_output", "coder/coder-main", "done")
+    item(judged_bot.bridge_id, "agent_output", "planner", "noted")
+    # when
+    transcript = discuss.discuss_transcript_build(bot=judged_bot, chat_id=CHAT, root_msg_id=ROOT)
+    # then
+    assert [(m.role, m.content) for m in transcript] == [
+        ("user", "ou_alice: hello"),
+        ("user", "coder/coder-main: done"),
+        ("assistant", "noted"),
+    ]
