@@ -76,13 +76,16 @@ class GateResult:
 
 
 def _judge_client(model: LLMModel) -> LLMClient:
-    """The provider's client with the judge's own timeout (45 s at most): a judge is never worth a long wait."""
+    """The provider's client with the judge's own limits: 45 s at most, and no SDK retries.
+
+    One judge call is one request: a provider fault fails this judgement closed at once and the discuss wake
+    retries later with backoff (P10), instead of the SDK retrying inside a 45 s budget.
+    """
     # Imported here: the registry imports every SDK adapter, which the rest of the gate never needs.
     from agents.llm.registry import client_for_settings, provider_settings
 
     settings = provider_settings(provider=model.provider)
-    if settings.timeout_seconds > PROBE_TIMEOUT_SECONDS:
-        settings = replace(settings, timeout_seconds=PROBE_TIMEOUT_SECONDS)
+    settings = replace(settings, timeout_seconds=min(settings.timeout_seconds, PROBE_TIMEOUT_SECONDS), max_retries=0)
     return client_for_settings(settings)
 
 

@@ -291,3 +291,19 @@ def test_a_cached_gate_costs_only_its_judgement_row_P3(make_judge, make_discuss_
         result = probe_gate_run(bot=bot, transcript=TRANSCRIPT)
     assert result.cause == Cause.MODEL_WINDOW_TOO_SMALL
     assert captured.captured_queries[0]["sql"].startswith("INSERT INTO")
+
+
+def test_one_judge_call_is_one_request_whatever_the_providers_sdk_retries_P10(make_judge, make_discuss_bot, llm_stub):
+    """The SDK does not retry the judge (the wake does, with backoff): a 503 is one request and fails closed."""
+    judge = make_judge()
+    judge.provider.max_retries = 2
+    judge.provider.save()
+    bot = make_discuss_bot(mode=Bot.ProbeMode.MODEL, judge=judge)
+    llm_stub.enqueue(
+        "openai_chat",
+        StubResponse(status=503, body=openai_error_body(message="overloaded")),
+        StubResponse(body=decide_body("send", "would have been accepted")),
+    )
+    result = probe_gate_run(bot=bot, transcript=TRANSCRIPT)
+    assert (result.cause, result.activated, result.retryable) == (Cause.MODEL_CALL_FAILED, False, True)
+    assert len(llm_stub.requests_for("openai_chat")) == 1
