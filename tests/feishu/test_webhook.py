@@ -238,3 +238,20 @@ def test_f1_far_future_timestamp_is_refused(feishu, make_feishu_bot, settings):
 
     assert response.status_code == 400
     assert InboundEvent.objects.count() == 0
+
+
+def test_f1_the_request_only_stores_and_enqueues_no_feishu_or_llm_call(feishu, make_feishu_bot, llm_stub, mocker):
+    from amuxweb.feishu.tasks import inbound_event_process
+
+    # given: the processing task is queued, not run (as with a real broker)
+    bot = make_feishu_bot()
+    enqueue = mocker.patch.object(inbound_event_process, "apply_async")
+    # when
+    response = feishu.post(bot, fixture_payload("message_text_group", bot=bot))
+    # then
+    assert response.status_code == 200
+    event = InboundEvent.objects.get()
+    enqueue.assert_called_once_with(args=[event.pk], retry=False)
+    assert event.status == "pending"
+    assert feishu.stub.requests == []
+    assert llm_stub.requests == []
