@@ -35,6 +35,19 @@ class ScriptStep:
     mentions: tuple[str, ...] = field(default_factory=tuple)
 
 
+def bot_local_credentials_provision(*, bot: Bot) -> bool:
+    """Demo only: give a bot without a Feishu app local webhook credentials (a verification token, an encrypt key
+    and an open_id) so simulated events reach it. It still has no app secret, so its replies are recorded, not
+    sent (F5). Returns False when the bot already has a verification token (nothing is changed)."""
+    if bot.feishu_verification_token:
+        return False
+    bot.feishu_verification_token = secrets.token_urlsafe(24)
+    bot.feishu_encrypt_key = bot.feishu_encrypt_key or secrets.token_urlsafe(24)
+    bot.feishu_bot_open_id = bot.feishu_bot_open_id or f"ou_local_{bot.slug}"
+    bot.save(update_fields=["feishu_verification_token", "feishu_encrypt_key", "feishu_bot_open_id", "updated_at"])
+    return True
+
+
 def script_parse(text: str) -> list[ScriptStep]:
     steps = []
     for raw in text.splitlines():

@@ -21,6 +21,11 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
     bot = webhook_bot_get(slug=bot_slug)
     if bot is None:
         return JsonResponse({"message": "Unknown bot.", "extra": {"bot": bot_slug}}, status=404)
+    if not bot.feishu_verification_token:
+        # Without a verification token lark-oapi would accept unauthenticated events: no Feishu app, no webhook.
+        return JsonResponse(
+            {"message": "This bot has no Feishu app configured.", "extra": {"bot": bot_slug}}, status=404
+        )
 
     length = int(request.META.get("CONTENT_LENGTH") or 0)
     too_big = length > settings.FEISHU_MAX_BODY_BYTES

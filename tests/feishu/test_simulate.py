@@ -50,3 +50,30 @@ def test_feishu_simulate_drives_a_running_hub(live_server, feishu_stub, make_fei
 def test_feishu_simulate_refuses_an_unknown_bot():
     with pytest.raises(CommandError, match="No bot with slug 'ghost'"):
         call_command("feishu_simulate", "--bot", "ghost")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_feishu_simulate_provision_demo_bot_without_feishu_app(live_server, capsys):
+    from amuxweb.feishu.models import OutboundDelivery
+    from tests.agents.factories import BotFactory
+
+    # given: a bot with no Feishu app at all (the embedded demo's bots)
+    BotFactory(slug="demo", name="Demo")
+    # when
+    call_command("feishu_simulate", "--url", live_server.url, "--bot", "demo", "--provision")
+    # then: provisioned, every event acknowledged, replies recorded rather than sent (F5)
+    out = capsys.readouterr().out
+    assert "provisioned local webhook credentials for demo" in out
+    assert out.count("200 ") == 5
+    assert sorted(Turn.objects.values_list("trigger", flat=True)) == ["dm", "mention", "mention"]
+    assert set(OutboundDelivery.objects.values_list("status", flat=True)) == {"recorded"}
+
+
+@pytest.mark.django_db
+def test_feishu_simulate_without_credentials_or_provision_is_refused():
+    from tests.agents.factories import BotFactory
+
+    BotFactory(slug="bare")
+
+    with pytest.raises(CommandError, match="has no Feishu verification token"):
+        call_command("feishu_simulate", "--bot", "bare")

@@ -255,3 +255,16 @@ def test_f1_the_request_only_stores_and_enqueues_no_feishu_or_llm_call(feishu, m
     assert event.status == "pending"
     assert feishu.stub.requests == []
     assert llm_stub.requests == []
+
+
+def test_f1_bot_without_a_feishu_app_has_no_webhook(feishu, make_feishu_bot):
+    # given: no verification token, so lark-oapi would accept unauthenticated events
+    bot = make_feishu_bot(feishu_verification_token="", feishu_encrypt_key="")
+    payload = fixture_payload("message_text_group", bot=bot)
+    payload["header"].pop("token")
+
+    response = feishu.post(bot, payload, encrypt=False)
+
+    assert response.status_code == 404
+    assert response.json()["message"] == "This bot has no Feishu app configured."
+    assert InboundEvent.objects.count() == 0

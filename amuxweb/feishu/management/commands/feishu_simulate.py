@@ -9,7 +9,12 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import Bot
-from amuxweb.feishu.simulate import DEFAULT_SCRIPT, conversation_simulate, script_parse
+from amuxweb.feishu.simulate import (
+    DEFAULT_SCRIPT,
+    bot_local_credentials_provision,
+    conversation_simulate,
+    script_parse,
+)
 
 
 class Command(BaseCommand):
@@ -22,13 +27,16 @@ class Command(BaseCommand):
         parser.add_argument("--chat", default="oc_simulated_group", help="The group chat id to use.")
         parser.add_argument("--sender", default="ou_simulated_user", help="The sender's open_id.")
         parser.add_argument("--repeat", type=int, default=1, help="Run the script this many times (new ids each).")
+        parser.add_argument(
+            "--provision",
+            action="store_true",
+            help="Demo only: give bots without a Feishu app local webhook credentials (replies are then recorded).",
+        )
 
     def handle(self, *args, **options) -> None:
         bot = Bot.objects.filter(slug=options["bot"]).first()
         if bot is None:
             raise CommandError(f"No bot with slug {options['bot']!r}.")
-        if not bot.feishu_verification_token:
-            raise CommandError(f"Bot {bot.slug!r} has no Feishu verification token: set its Feishu app in the admin.")
         text = Path(options["script"]).read_text() if options["script"] else DEFAULT_SCRIPT.format(bot=bot.slug)
         try:
             steps = script_parse(text)
@@ -36,9 +44,18 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from error
         slugs = {slug for step in steps for slug in step.mentions}
         bots = {b.slug: b for b in Bot.objects.filter(slug__in=slugs)}
+        bots[bot.slug] = bot
         missing = slugs - set(bots)
         if missing:
             raise CommandError(f"Unknown bot(s) in the script: {', '.join(sorted(missing))}.")
+        for each in bots.values():
+            if options["provision"] and bot_local_credentials_provision(bot=each):
+                self.stdout.write(f"provisioned local webhook credentials for {each.slug} (replies are recorded)")
+        if not bot.feishu_verification_token:
+            raise CommandError(
+                f"Bot {bot.slug!r} has no Feishu verification token: set its Feishu app in the admin, "
+                "or pass --provision for a local demo."
+            )
         # @-mentions must carry the open_id the hub knows each bot by (F6).
         open_ids = {slug: b.feishu_bot_open_id or f"ou_bot_{b.feishu_app_id}" for slug, b in bots.items()}
         failures = 0
