@@ -133,6 +133,7 @@ class LLMModelAdmin(admin.ModelAdmin):
     ]
     list_filter = ["provider__kind", "provider", "supports_tool_calls", "supports_vision", "is_enabled"]
     search_fields = ["name", "display_name", "provider__name"]
+    ordering = ["provider__name", "name"]  # stable pages in the list and the probe-model autocomplete
     list_select_related = ["provider"]
     autocomplete_fields = ["provider"]
     actions = [test_connection]

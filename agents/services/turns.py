@@ -82,6 +82,11 @@ def context_budget_tokens(*, context_window: int, max_output_tokens: int, fixed_
     return max(window - output_reserve - fixed_tokens, 0)
 
 
+def context_messages_upper_bound(*, context_window: int) -> int:
+    """How many context messages could fit at most: each one costs at least MESSAGE_OVERHEAD_TOKENS."""
+    return (context_window or DEFAULT_CONTEXT_WINDOW_TOKENS) // MESSAGE_OVERHEAD_TOKENS
+
+
 def context_fit(*, messages: list[ChatMessage], budget_tokens: int) -> list[ChatMessage]:
     """The newest contiguous run of `messages` (oldest first) whose estimated tokens fit the budget (T3)."""
     kept: list[ChatMessage] = []
@@ -271,13 +276,16 @@ def turn_run(
     model = turn.bot.primary_model
     started = time.monotonic()
 
+    # Only messages older than the turn's own user message are context, and no more of them than could fit
+    # the window: the thread's length never decides what a turn loads.
+    context = context_messages_list(
+        thread=turn.thread,
+        before_id=turn.user_message.pk if turn.user_message is not None else None,
+        limit=context_messages_upper_bound(context_window=model.context_window),
+    )
     if turn.user_message is not None:
-        context = [
-            message for message in context_messages_list(thread=turn.thread) if message.pk < turn.user_message.pk
-        ]
         prompt = user_prompt or turn.user_message.prompt or turn.user_message.content
     else:
-        context = context_messages_list(thread=turn.thread)
         prompt = user_prompt or user_content
     primary = primary_input_build(
         model=model,

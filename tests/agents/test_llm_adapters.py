@@ -39,7 +39,7 @@ APIS = ["openai_chat", "openai_responses", "anthropic", "gemini"]
 MODEL_NAMES = {
     "openai_chat": "gpt-4o",
     "openai_responses": "gpt-4.1",
-    "anthropic": "claude-sonnet-4-5",
+    "anthropic": "claude-sonnet-4-6",
     "gemini": "gemini-2.5-flash",
 }
 SCHEMA = {
@@ -136,7 +136,7 @@ EXPECTED_DECIDE_BODIES = {
         "parallel_tool_calls": False,
     },
     "anthropic": {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-sonnet-4-6",
         "max_tokens": 256,
         "system": "Decide whether to act.",
         "messages": [

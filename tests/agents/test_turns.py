@@ -14,6 +14,7 @@ from agents.services.turns import (
     backoff_seconds,
     context_budget_tokens,
     context_fit,
+    context_messages_upper_bound,
     estimate_tokens,
     turn_get_or_create,
     turn_run,
@@ -347,6 +348,22 @@ def test_t3_context_messages_are_the_newest_that_fit_the_models_window(llm_stub)
     turn.refresh_from_db()
     assert turn.model_input["context_message_ids"] == [m.pk for m in older[5:]]
     assert turn.model_input["dropped_context_messages"] == 5
+
+
+def test_t3_a_turn_loads_no_more_context_rows_than_could_fit_the_window(llm_stub):
+    # given: a 40-token window fits at most 40 // 4 = 10 messages; the thread holds 30 short ones
+    thread = ThreadFactory(bot=stub_bot(llm_stub, context_window=40, max_output_tokens=1, system_prompt=""))
+    for i in range(30):
+        message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content=f"m{i}")
+    turn = rest_turn(thread, content="q")
+    # when
+    turn_run(turn=turn)
+    # then: only the newest ten were read, so at most ten could be sent or counted as dropped
+    turn.refresh_from_db()
+    loaded = len(turn.model_input["context_message_ids"]) + turn.model_input["dropped_context_messages"]
+    assert context_messages_upper_bound(context_window=40) == 10
+    assert loaded == 10
+    assert llm_stub.requests[0].json["messages"][-1] == {"role": "user", "content": "q"}
 
 
 def test_p9_activation_contract_is_last_and_never_trimmed(llm_stub):

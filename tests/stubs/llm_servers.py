@@ -179,7 +179,7 @@ def anthropic_body(
     tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
     input_tokens: int = 50,
     output_tokens: int = 20,
-    model: str = "claude-sonnet-4-5",
+    model: str = "claude-sonnet-4-6",
     stop_reason: str = "",
 ) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
