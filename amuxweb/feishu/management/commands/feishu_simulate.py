@@ -24,7 +24,7 @@ class Command(BaseCommand):
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="The hub's base URL.")
         parser.add_argument("--bot", required=True, help="Slug of the bot whose webhook receives the events.")
         parser.add_argument("--script", help="A script file (see amuxweb/feishu/simulate.py); default: a demo.")
-        parser.add_argument("--chat", default="oc_simulated_group", help="The group chat id to use.")
+        parser.add_argument("--chat", default="oc_demo", help="The group chat id (default: the demo workspace's).")
         parser.add_argument("--sender", default="ou_simulated_user", help="The sender's open_id.")
         parser.add_argument("--repeat", type=int, default=1, help="Run the script this many times (new ids each).")
         parser.add_argument(
