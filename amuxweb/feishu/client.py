@@ -91,7 +91,7 @@ def lark_client_get(*, bot: Bot) -> lark.Client:
                 .app_secret(bot.feishu_app_secret)
                 .domain(settings.FEISHU_DOMAIN)
                 .timeout(CLIENT_TIMEOUT_SECONDS)
-                .log_level(lark.LogLevel.WARNING)
+                .log_level(lark.LogLevel.CRITICAL)  # feishu_call logs every failure itself, structured
                 .build()
             )
             _clients[key] = client

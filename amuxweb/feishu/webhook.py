@@ -60,8 +60,9 @@ def _capture(data: CustomizedEvent) -> None:
 
 
 def _handler_build(bot: Bot) -> lark.EventDispatcherHandler:
+    # CRITICAL: lark-oapi would log a traceback for every refused request; the view logs one structured line.
     builder = lark.EventDispatcherHandler.builder(
-        bot.feishu_encrypt_key or "", bot.feishu_verification_token or "", lark.LogLevel.WARNING
+        bot.feishu_encrypt_key or "", bot.feishu_verification_token or "", lark.LogLevel.CRITICAL
     )
     for event_type in HANDLED_EVENT_TYPES:
         builder = builder.register_p2_customized_event(event_type, _capture)

@@ -52,39 +52,27 @@ def inbound_event_store(
     return event, True
 
 
-def inbound_event_enqueue(*, event_pk: int) -> bool:
-    """Queue processing; a broker outage is logged, not raised: the row is stored and the sweeper retries."""
-    from amuxweb.feishu.tasks import inbound_event_process
+def task_enqueue(*, task, args: list, what: str) -> bool:
+    """Queue a task; a broker outage is logged, not raised: the row it works on is stored and a sweeper retries."""
+    from kombu.exceptions import OperationalError as KombuOperationalError
+    from redis.exceptions import RedisError
 
     try:
-        # retry=False: with Redis down, fail at once instead of holding the webhook's answer.
-        inbound_event_process.apply_async(args=[event_pk], retry=False)
-    except (OSError, ConnectionError) as error:
-        _log_enqueue_failure(event_pk, error)
-        return False
-    except Exception as error:  # kombu.OperationalError and redis errors have no common base we can import cheaply
-        if not _is_broker_error(error):
-            raise
-        _log_enqueue_failure(event_pk, error)
+        # retry=False: with Redis down, fail at once instead of holding a webhook's answer.
+        task.apply_async(args=args, retry=False)
+    except (KombuOperationalError, RedisError, OSError) as error:
+        logger.warning(
+            "task not enqueued (broker unavailable); the sweeper will pick it up",
+            extra={"what": what, "task_args": args, "error": type(error).__name__},
+        )
         return False
     return True
 
 
-def _is_broker_error(error: Exception) -> bool:
-    from kombu.exceptions import OperationalError
+def inbound_event_enqueue(*, event_pk: int) -> bool:
+    from amuxweb.feishu.tasks import inbound_event_process
 
-    try:
-        from redis.exceptions import RedisError
-    except ImportError:  # pragma: no cover - redis is pinned
-        RedisError = OperationalError  # noqa: N806
-    return isinstance(error, OperationalError | RedisError)
-
-
-def _log_enqueue_failure(event_pk: int, error: Exception) -> None:
-    logger.warning(
-        "feishu event stored but not enqueued; the sweeper will pick it up",
-        extra={"inbound_event": event_pk, "error": type(error).__name__},
-    )
+    return task_enqueue(task=inbound_event_process, args=[event_pk], what="inbound_event")
 
 
 def inbound_event_claim(*, event_pk: int) -> InboundEvent | None:

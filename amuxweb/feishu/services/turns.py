@@ -33,18 +33,13 @@ class FeishuTurnRetry(Exception):
 
 
 def feishu_turn_enqueue(*, turn: Turn, activation_contract: str = "") -> None:
-    from amuxweb.feishu.services.intake import _is_broker_error
+    """Queue the bridge turn after commit; a lost enqueue is picked up by `feishu_turns_sweep`."""
+    from amuxweb.feishu.services.intake import task_enqueue
     from amuxweb.feishu.tasks import feishu_turn_process
 
-    def enqueue() -> None:
-        try:
-            feishu_turn_process.apply_async(args=[turn.pk, activation_contract], retry=False)
-        except Exception as error:
-            if not isinstance(error, OSError | ConnectionError) and not _is_broker_error(error):
-                raise
-            logger.warning("feishu turn not enqueued; the sweeper will pick it up", extra={"turn": turn.pk})
-
-    transaction.on_commit(enqueue)
+    transaction.on_commit(
+        lambda: task_enqueue(task=feishu_turn_process, args=[turn.pk, activation_contract], what="feishu_turn")
+    )
 
 
 def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: str = "") -> Turn | None:
