@@ -64,7 +64,7 @@ def test_f2_a_claimed_event_is_not_processed_twice(feishu, make_feishu_bot):
 
 
 def test_f2_broker_down_at_intake_still_answers_200_then_the_sweeper_processes(
-    feishu, make_feishu_bot, mocker, settings
+    feishu, make_feishu_bot, mocker, settings, caplog
 ):
     # given: Redis is unreachable when the webhook enqueues
     bot = make_feishu_bot()
@@ -73,8 +73,10 @@ def test_f2_broker_down_at_intake_still_answers_200_then_the_sweeper_processes(
     )
     # when
     response, _ = feishu.say(bot, text="are you there?", mention=[bot])
-    # then: acknowledged and stored, not processed
+    # then: acknowledged and stored, not processed, and the outage logged
     assert response.status_code == 200
+    [record] = [r for r in caplog.records if r.getMessage().startswith("task not enqueued")]
+    assert (record.levelname, record.what, record.error) == ("WARNING", "inbound_event", "OperationalError")
     event = InboundEvent.objects.get()
     assert event.status == InboundEvent.Status.PENDING
     assert feishu.stub.sent == []
