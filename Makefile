@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: install run worker beat test lint format migrations-check bench ci
+.PHONY: install run simulate explain worker beat test lint format migrations-check bench ci
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ run: install
 	DEBUG=true $(PY) manage.py seed_demo
 	DEBUG=true $(PY) manage.py ensure_admin
 	DEBUG=true $(PY) manage.py runserver 127.0.0.1:8000
+
+# With `make run` serving in another shell: post a signed, encrypted scripted Feishu conversation to it.
+simulate: install
+	DEBUG=true $(PY) manage.py feishu_simulate --bot planner --provision
 
 worker: install
 	$(VENV)/bin/celery -A amuxweb worker --loglevel=INFO
