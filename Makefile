@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: install run simulate explain worker beat test lint format migrations-check bench ci
+.PHONY: install run simulate worker beat test lint format migrations-check bench ci
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
