@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
@@ -124,3 +124,22 @@ def test_c13_prune_command_shows_progress_and_the_count_removed():
     assert "pruning" in err.getvalue()
     assert "5/5" in err.getvalue()
     assert ThreadEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize("batch_size", ["0", "-1"])
+def test_c13_prune_command_refuses_a_batch_size_below_one_and_removes_nothing(batch_size):
+    # given an expired event (a batch size of 0 used to loop forever, a negative one to raise a traceback)
+    record_outputs(1, prefix="om_old")
+    age(31, message_prefix="om_old")
+    out, err = io.StringIO(), io.StringIO()
+
+    # when / then: a clear command error, nothing removed
+    with pytest.raises(CommandError, match=f"^--batch-size must be at least 1, not {batch_size}.$"):
+        call_command("feishu_context_prune", "--batch-size", batch_size, stdout=out, stderr=err)
+    assert out.getvalue() == ""
+    assert ThreadEvent.objects.count() == 1
+
+
+def test_c13_prune_service_refuses_a_batch_size_below_one():
+    with pytest.raises(ValueError, match="^batch_size must be at least 1, not 0.$"):
+        thread_context_prune(batch_size=0)

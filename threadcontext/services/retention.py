@@ -84,6 +84,9 @@ def thread_context_prune(
     on_progress: Callable[[int], None] | None = None,
 ) -> PruneResult:
     """Delete expired events (with their items) and decisions in bounded batches; returns what was removed."""
+    if batch_size < 1:
+        # A batch of 0 would never come back short of the batch size: the loop below would never end.
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}.")
     cutoff = retention_cutoff(now=now)
     total = PruneResult()
     batches = 0

@@ -1,6 +1,6 @@
 """`python manage.py feishu_context_prune`: remove thread context older than the retention now (C13)."""
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from threadcontext.services.retention import PRUNE_BATCH_SIZE, thread_context_expired_count, thread_context_prune
@@ -14,6 +14,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="No progress bar (logs, cron).")
 
     def handle(self, *args, **options) -> None:
+        if options["batch_size"] < 1:
+            raise CommandError(f"--batch-size must be at least 1, not {options['batch_size']}.")
         expired = thread_context_expired_count()
         with tqdm(
             total=expired, unit="row", desc="pruning", file=self.stderr, disable=options["no_progress"]
