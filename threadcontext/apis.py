@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from amuxweb.exceptions import NotFoundError
 from threadcontext.explain import decision_explain_data
 from threadcontext.selectors import decision_get, decision_list
 
@@ -102,11 +103,12 @@ class ContextDecisionListApi(APIView):
 class ContextDecisionDetailApi(APIView):
     @extend_schema(
         operation_id="context_decisions_retrieve",
-        responses={200: ContextDecisionOutputSerializer, 403: CONTEXT_DECISION_ERROR, 404: CONTEXT_DECISION_ERROR},
+        responses={200: ContextDecisionOutputSerializer, 404: CONTEXT_DECISION_ERROR},
         summary="One context decision with its explain data",
     )
     def get(self, request: Request, decision_id: int) -> Response:
         decision = decision_get(decision_id=decision_id)
         if not decision_access_allowed(user=request.user, bot_profile=decision.bot_profile):
-            raise PermissionDenied("Only staff, or the owner of this decision's bot, may read it.")
+            # The same 404 as a missing id, as for threads: another user cannot tell which decision ids exist.
+            raise NotFoundError(f"No context decision with id {decision_id}.", extra={"decision_id": decision_id})
         return Response(ContextDecisionOutputSerializer(decision_explain_data(decision=decision)).data)

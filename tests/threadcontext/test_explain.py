@@ -232,8 +232,37 @@ def test_c12_api_lets_the_bots_owner_read_its_decisions_and_nothing_else(scenari
     assert (other.status_code, unfiltered.status_code, detail.status_code) == (403, 403, 200)
 
 
+@override_settings(AMUX_CONTEXT_DECISION_ACCESS_CHECK="tests.threadcontext.test_explain.owns_coder")
+def test_c12_api_detail_of_another_bots_decision_is_the_same_404_as_a_missing_id(scenario, member):
+    # given a decision of planner, a bot alice does not own
+    theirs = ThreadContextDecision.objects.create(
+        chat_id=CHAT_ID, root_msg_id=ROOT_ID, bridge_id=PLANNER["bridge_id"], bot_profile="planner"
+    )
+    missing_id = theirs.pk + 1000
+
+    # when
+    response = member.get(reverse("api:threadcontext:decision", args=[theirs.pk]))
+    missing = member.get(reverse("api:threadcontext:decision", args=[missing_id]))
+
+    # then: she cannot tell it from an id that does not exist (ids do not leak)
+    assert (response.status_code, missing.status_code) == (404, 404)
+    assert response.json() == {
+        "message": f"No context decision with id {theirs.pk}.",
+        "extra": {"decision_id": theirs.pk},
+    }
+    assert missing.json() == {
+        "message": f"No context decision with id {missing_id}.",
+        "extra": {"decision_id": missing_id},
+    }
+
+
 def test_c12_api_needs_authentication(scenario, api_client):
-    assert api_client.get(reverse("api:threadcontext:decisions")).status_code in (401, 403)
+    list_response = api_client.get(reverse("api:threadcontext:decisions"))
+    detail_response = api_client.get(reverse("api:threadcontext:decision", args=[scenario["latest"].pk]))
+
+    for response in (list_response, detail_response):
+        assert response.status_code == 401
+        assert response.json() == {"message": "Authentication credentials were not provided.", "extra": {}}
 
 
 # --- admin -----------------------------------------------------------------------------------------------------
