@@ -17,7 +17,7 @@ from agents.llm.base import (
     ToolCall,
     Usage,
 )
-from agents.llm.errors import error_for_status, non_json_error, short
+from agents.llm.errors import error_for_status, non_json_error, short, without_secret
 from agents.llm.settings import ProviderSettings
 
 OVERFLOW_PHRASES = ("prompt is too long", "exceed context limit", "context window", "input is too long")
@@ -99,7 +99,7 @@ class AnthropicClient:
         try:
             response = self.client.messages.create(**self.request_body(request))
         except anthropic.AnthropicError as exc:
-            raise map_anthropic_error(exc, provider=provider) from exc
+            raise without_secret(map_anthropic_error(exc, provider=provider), secret=self.settings.api_key) from exc
         if not isinstance(response, anthropic.types.Message):
             raise non_json_error(provider=provider, body=response)
         texts = [block.text for block in response.content if block.type == "text"]

@@ -80,6 +80,21 @@ def error_for_status(
     return PermanentError(message, **kwargs)
 
 
+SECRET_MASK = "***"
+
+
+def without_secret(error: LLMError, *, secret: str) -> LLMError:
+    """`error` with `secret` (the provider's API key) masked in its message, in place.
+
+    Some OpenAI-compatible gateways quote the key they refused in their error body; our message becomes a
+    turn's error (admin, turns API) and a log field, where no secret may appear.
+    """
+    if secret and secret in error.message:
+        error.message = error.message.replace(secret, SECRET_MASK)
+        error.args = (error.message,)
+    return error
+
+
 def non_json_error(*, provider: str, body: object) -> TransientError:
     """A 2xx answer that is not the JSON object the API documents (a proxy's HTML page, a truncated body)."""
     return TransientError(

@@ -15,7 +15,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from agents.llm.base import CompletionRequest, CompletionResult, LLMError, PermanentError, ToolCall, Usage
-from agents.llm.errors import error_for_status, non_json_error, short
+from agents.llm.errors import error_for_status, non_json_error, short, without_secret
 from agents.llm.settings import ProviderSettings
 
 # google-genai sends through httpx2 when installed (it is, pinned by the SDK), httpx otherwise: catch both.
@@ -132,7 +132,7 @@ class GeminiClient:
         try:
             response = self.client.models.generate_content(model=request.model, contents=contents, config=config)
         except (genai_errors.APIError, ValueError, *TRANSPORT_ERRORS) as exc:
-            raise map_gemini_error(exc, provider=provider) from exc
+            raise without_secret(map_gemini_error(exc, provider=provider), secret=self.settings.api_key) from exc
         if not response.candidates:
             feedback = response.prompt_feedback
             reason = feedback.block_reason if feedback and feedback.block_reason else "no candidates"

@@ -11,7 +11,7 @@ from typing import Any
 import openai
 
 from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, LLMError, ToolCall, ToolSpec, Usage
-from agents.llm.errors import error_for_status, non_json_error, short
+from agents.llm.errors import error_for_status, non_json_error, short, without_secret
 from agents.llm.settings import ProviderSettings
 
 OVERFLOW_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
@@ -123,7 +123,7 @@ class OpenAIChatClient:
         try:
             response = self.client.chat.completions.create(**self.request_body(request))
         except openai.OpenAIError as exc:
-            raise map_openai_error(exc, provider=provider) from exc
+            raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
         if not isinstance(response, openai.types.chat.ChatCompletion) or not response.choices:
             raise non_json_error(provider=provider, body=response)
         choice = response.choices[0]

@@ -11,7 +11,7 @@ from typing import Any
 import openai
 
 from agents.llm.base import CompletionRequest, CompletionResult, PermanentError, ToolCall, Usage
-from agents.llm.errors import error_for_status, non_json_error
+from agents.llm.errors import error_for_status, non_json_error, without_secret
 from agents.llm.openai_chat import map_openai_error, openai_client, parse_arguments, strict_schema
 from agents.llm.settings import ProviderSettings
 
@@ -69,7 +69,7 @@ class OpenAIResponsesClient:
         try:
             response = self.client.responses.create(**self.request_body(request))
         except openai.OpenAIError as exc:
-            raise map_openai_error(exc, provider=provider) from exc
+            raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
         if not isinstance(response, openai.types.responses.Response):
             raise non_json_error(provider=provider, body=response)
         if response.status == "failed":

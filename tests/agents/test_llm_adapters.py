@@ -30,6 +30,8 @@ from tests.stubs.llm_servers import (
     RATE_LIMIT_BODIES,
     SERVER_ERROR_BODIES,
     StubResponse,
+    anthropic_error_body,
+    gemini_error_body,
     openai_error_body,
 )
 
@@ -295,6 +297,30 @@ def test_t1_error_bodies_map_to_our_error_types(api, case, llm_stub):
         assert caught.value.retry_after_seconds == 7.0
     if case in ("overflow", "unauthorized", "rate_limited", "server_error"):
         assert caught.value.status_code == make_response(api).status
+
+
+ECHOED_KEY_BODIES = {
+    # Some OpenAI-compatible gateways quote the key they refused, in full, in their error body.
+    "openai_chat": openai_error_body(message=f"Invalid API key: {API_KEY}", code="invalid_api_key"),
+    "openai_responses": openai_error_body(message=f"Invalid API key: {API_KEY}", code="invalid_api_key"),
+    "anthropic": anthropic_error_body(message=f"invalid x-api-key {API_KEY}", type_="authentication_error"),
+    "gemini": gemini_error_body(code=401, message=f"API key {API_KEY} not valid.", status="UNAUTHENTICATED"),
+}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_t1_an_api_key_echoed_in_an_error_body_never_reaches_our_error(api, llm_stub):
+    """No secret in an error message: it becomes a turn's error, a log record and the turns API's output."""
+    # given
+    model = model_for(api, llm_stub)
+    llm_stub.enqueue(api, StubResponse(status=401, body=ECHOED_KEY_BODIES[api]))
+    # when
+    with pytest.raises(AuthenticationError) as caught:
+        llm_client_for(model=model).complete(text_request(api))
+    # then
+    assert API_KEY not in caught.value.message
+    assert API_KEY not in str(caught.value)
+    assert "***" in caught.value.message
 
 
 @pytest.mark.parametrize("api", APIS)
