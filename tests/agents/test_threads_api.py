@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from agents.models import Message, Thread
 from agents.selectors import context_messages_list, message_history_page, user_owns_bot_profile
-from agents.services.threads import InvalidRuntimeModeError, message_create, thread_create
+from agents.services.threads import InvalidMessageKindError, InvalidRuntimeModeError, message_create, thread_create
 from tests.agents.factories import BotFactory, MessageFactory, ThreadFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -272,18 +272,20 @@ def test_service_refuses_an_unknown_runtime_mode_and_writes_nothing(people):
 
 
 @pytest.mark.parametrize(
-    "query",
+    ("query", "expected_message"),
     [
-        "cursor=garbage",
-        "cursor=eyJiZWZvcmUiOiAiMSJ9",
-        "cursor=eyJiZWZvcmUiOiAtNX0",
-        "cursor=bnVsbA",
-        "cursor=%00",
-        "cursor=eyJiZWZvcmUiOiA5MjIzMzcyMDM2ODU0Nzc1ODA4fQ",
+        ("cursor=garbage", "Malformed cursor."),
+        ("cursor=eyJiZWZvcmUiOiAiMSJ9", "Malformed cursor."),
+        ("cursor=eyJiZWZvcmUiOiAtNX0", "Malformed cursor."),
+        ("cursor=bnVsbA", "Malformed cursor."),
+        ("cursor=eyJiZWZvcmUiOiA5MjIzMzcyMDM2ODU0Nzc1ODA4fQ", "Malformed cursor."),
+        ("cursor=%00", "Validation error"),
+        ("cursor=" + "x" * 201, "Validation error"),
     ],
 )
-def test_history_malformed_cursor_is_400(people, query):
-    # given (the cursors are: not base64 JSON, {"before": "1"}, {"before": -5}, null, a NUL byte, {"before": 2**63})
+def test_history_malformed_cursor_is_400(people, query, expected_message):
+    # given (the cursors are: not base64 JSON, {"before": "1"}, {"before": -5}, null, {"before": 2**63}, a NUL byte,
+    # longer than any cursor we hand out)
     thread = ThreadFactory(bot=people["bot"])
 
     # when
@@ -291,7 +293,9 @@ def test_history_malformed_cursor_is_400(people, query):
 
     # then
     assert response.status_code == 400
-    assert response.json()["message"] in ("Malformed cursor.", "Validation error")
+    assert response.json()["message"] == expected_message
+    if expected_message == "Validation error":
+        assert list(response.json()["extra"]["fields"]) == ["cursor"]
 
 
 @pytest.mark.parametrize("page_size", ["0", "201", "-1", "abc", "1.5"])
@@ -332,6 +336,20 @@ def test_v2_masks_stored_in_the_db_follow_the_matrix(people):
         ("chat", "agent_reply", 3),
         ("chat", "user_message", 3),
     ]
+
+
+def test_message_create_refuses_an_unknown_kind_and_writes_nothing(people):
+    # given a chat thread
+    thread = thread_create(bot=people["bot"], runtime_mode="chat", channel="rest")
+
+    # when / then
+    with pytest.raises(InvalidMessageKindError, match="^Unknown message kind 'system'.$") as error:
+        message_create(thread=thread, kind="system", content="x")
+    assert (error.value.status_code, error.value.extra) == (
+        400,
+        {"kind": "system", "allowed": list(Message.Kind.values)},
+    )
+    assert Message.objects.count() == 0
 
 
 def test_v4_message_create_takes_no_mask():

@@ -121,6 +121,6 @@ def thread_context_prune_if_due() -> PruneResult | None:
 
 
 def prune_clock_reset() -> None:
-    """Forget when this process last pruned (tests, and a command that wants the next write to prune)."""
+    """Forget when this process last pruned, so that the next write prunes (the tests' clock reset)."""
     global _last_prune_at
     _last_prune_at = None
