@@ -140,3 +140,24 @@ def context_messages_list(*, thread: Thread, before_id: int | None = None, limit
     if limit is None:
         return list(messages.order_by("id"))
     return list(reversed(messages.order_by("-id")[:limit]))
+
+
+def context_messages_assembled(*, thread: Thread) -> list[Message]:
+    """Exactly the context messages a turn of this thread would be given now (V3, T3), oldest first.
+
+    The turn's own path: the mask & 2 messages, no more of them than could fit the bot's primary model window, then
+    the newest that fit its token budget after the system prompt (the next request's own text, unknown here, takes
+    its share when a turn runs). Bounded by the window, never by the thread's length.
+    """
+    # agents.services.turns imports this module: imported here, not at the top.
+    from agents.services.turns import context_messages_upper_bound, primary_input_build
+
+    model = thread.bot.primary_model
+    candidates = context_messages_list(
+        thread=thread, limit=context_messages_upper_bound(context_window=model.context_window)
+    )
+    primary = primary_input_build(
+        model=model, system_prompt=thread.bot.system_prompt, context=candidates, user_prompt=""
+    )
+    kept = set(primary.context_message_ids)
+    return [message for message in candidates if message.pk in kept]

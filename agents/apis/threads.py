@@ -14,7 +14,7 @@ from agents.selectors import (
     HISTORY_PAGE_SIZE_DEFAULT,
     HISTORY_PAGE_SIZE_MAX,
     bot_get_for_user,
-    context_messages_list,
+    context_messages_assembled,
     message_history_page,
     thread_get,
     thread_list,
@@ -154,10 +154,13 @@ class ThreadHistoryApi(APIView):
 class ThreadContextApi(APIView):
     @extend_schema(
         operation_id="threads_context",
-        summary="Exactly the messages assembled as the model's context (mask & 2), oldest first.",
+        summary=(
+            "Exactly the messages a turn would now be given as context: mask & 2, the newest that fit the bot's "
+            "model window, oldest first."
+        ),
         responses={200: ThreadContextOutputSerializer, 404: ERROR_RESPONSE},
     )
     def get(self, request: Request, thread_id: int) -> Response:
         thread = thread_get(user=request.user, thread_id=thread_id)
-        messages = context_messages_list(thread=thread)
+        messages = context_messages_assembled(thread=thread)
         return Response({"thread": thread.pk, "results": ContextMessageOutputSerializer(messages, many=True).data})

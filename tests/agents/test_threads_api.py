@@ -2,6 +2,8 @@
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -424,6 +426,53 @@ def test_context_messages_list_includes_the_prompt_and_only_this_thread(people):
 
     # then
     assert [(m["id"], m["content"], m["prompt"]) for m in context["results"]] == [(mine.pk, "raw", "rendered")]
+
+
+def test_v3_t3_context_is_what_a_turn_assembles_the_newest_that_fit_the_model_window(people):
+    # given a model with a 100-token window: after the answer's reserve (min(4096, 100 // 4) = 25) 75 tokens are
+    # left for context, and each 40-char message costs 40 / 4 + 4 = 14 tokens, so the newest 5 fit (70 tokens)
+    model = people["bot"].primary_model
+    model.context_window = 100
+    model.save()
+    thread = thread_create(bot=people["bot"], runtime_mode="chat", channel="rest")
+    ids = [
+        message_create(thread=thread, kind=kind, content=f"{n}".ljust(40, "x")).pk
+        for n, kind in enumerate(["user_message", "agent_reply"] * 4)
+    ]
+    client = _client_for(people["owner"])
+
+    # when
+    context = client.get(f"{THREADS_URL}{thread.pk}/context/").json()
+    history = client.get(f"{THREADS_URL}{thread.pk}/history/").json()
+
+    # then: context is the newest 5, oldest first; history still shows all 8
+    assert [m["id"] for m in context["results"]] == ids[3:]
+    assert [m["id"] for m in history["results"]] == list(reversed(ids))
+
+
+def test_v3_context_costs_the_same_queries_however_long_the_thread(people):
+    # given a chat thread with 6 messages, then one with 300 (a 1000-token window holds at most 250 messages)
+    model = people["bot"].primary_model
+    model.context_window = 1000
+    model.save()
+    client = _client_for(people["owner"])
+
+    def context_queries(count: int) -> tuple[int, int]:
+        thread = thread_create(bot=people["bot"], runtime_mode="chat", channel="rest")
+        Message.objects.bulk_create(
+            [Message(thread=thread, kind="user_message", visibility_mask=3, content="m") for _ in range(count)]
+        )
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(f"{THREADS_URL}{thread.pk}/context/")
+        return len(queries), len(response.json()["results"])
+
+    # when
+    short_queries, short_count = context_queries(6)
+    long_queries, long_count = context_queries(300)
+
+    # then: the long thread is cut to what fits (budget 1000 - 250 = 750 tokens, 5 tokens a message) in as many queries
+    assert (short_count, long_count) == (6, 150)
+    assert short_queries == long_queries
 
 
 # --- OpenAPI -----------------------------------------------------------------------------------------------
