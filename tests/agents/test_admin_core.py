@@ -216,16 +216,18 @@ def test_messages_of_one_thread_can_be_listed_and_cannot_be_edited(admin_client)
     assert (mine.content, mine.visibility_mask) == ("mine", 3)
 
 
-@pytest.mark.parametrize("model_name", ["llmmodel", "userprofile", "bot", "thread", "message"])
+@pytest.mark.parametrize("model_name", ["llmmodel", "userprofile", "bot", "thread", "message", "turn"])
 def test_changelists_do_not_run_a_query_per_row(admin_client, model_name):
     # given one row, then many more rows
     def make_rows(count: int) -> None:
-        from agents.models import UserProfile
+        from agents.models import Turn, UserProfile
 
         for _ in range(count):
             bot = BotFactory()
             UserProfile.objects.create(user=bot.owner, title_model=bot.primary_model)
-            message_create(thread=ThreadFactory(bot=bot), kind="user_message", content="x")
+            thread = ThreadFactory(bot=bot)
+            message = message_create(thread=thread, kind="user_message", content="x")
+            Turn.objects.create(bot=bot, thread=thread, trigger="rest", source_message_id=f"rest:{message.pk}")
 
     make_rows(1)
     with CaptureQueriesContext(connection) as one_row:
