@@ -17,7 +17,14 @@ from agents.llm.base import (
     ToolCall,
     Usage,
 )
-from agents.llm.errors import error_for_status, non_json_error, short, without_secret
+from agents.llm.errors import (
+    MALFORMED_ANSWER_ERRORS,
+    error_for_status,
+    malformed_answer_error,
+    non_json_error,
+    short,
+    without_secret,
+)
 from agents.llm.settings import ProviderSettings
 
 OVERFLOW_PHRASES = ("prompt is too long", "exceed context limit", "context window", "input is too long")
@@ -102,6 +109,12 @@ class AnthropicClient:
             raise without_secret(map_anthropic_error(exc, provider=provider), secret=self.settings.api_key) from exc
         if not isinstance(response, anthropic.types.Message):
             raise non_json_error(provider=provider, body=response)
+        try:
+            return self.result_from(response, provider=provider)
+        except MALFORMED_ANSWER_ERRORS as exc:
+            raise malformed_answer_error(provider=provider, error=exc) from exc
+
+    def result_from(self, response, *, provider: str) -> CompletionResult:
         texts = [block.text for block in response.content if block.type == "text"]
         calls = tuple(
             ToolCall(

@@ -100,3 +100,17 @@ def non_json_error(*, provider: str, body: object) -> TransientError:
     return TransientError(
         f"{provider}: the provider answered with a non-JSON body: {short(str(body))[:120]}", provider=provider
     )
+
+
+# What reading an answer of the wrong shape raises: the SDKs build responses without validation, so a field
+# the API documents but the server left out is None or missing only when it is used.
+MALFORMED_ANSWER_ERRORS: tuple[type[Exception], ...] = (AttributeError, TypeError, KeyError, ValueError, IndexError)
+
+
+def malformed_answer_error(*, provider: str, error: Exception) -> PermanentError:
+    """A JSON answer without the shape the API documents (an incompatible "compatible" server): not retried."""
+    return PermanentError(
+        f"{provider}: the provider's answer does not have the shape its API documents "
+        f"({type(error).__name__}: {short(str(error))[:120]})",
+        provider=provider,
+    )

@@ -10,12 +10,20 @@ from typing import Any
 
 import httpx
 import httpx2
+import pydantic
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
 from agents.llm.base import CompletionRequest, CompletionResult, LLMError, PermanentError, ToolCall, Usage
-from agents.llm.errors import error_for_status, non_json_error, short, without_secret
+from agents.llm.errors import (
+    MALFORMED_ANSWER_ERRORS,
+    error_for_status,
+    malformed_answer_error,
+    non_json_error,
+    short,
+    without_secret,
+)
 from agents.llm.settings import ProviderSettings
 
 # google-genai sends through httpx2 when installed (it is, pinned by the SDK), httpx otherwise: catch both.
@@ -45,6 +53,8 @@ def map_gemini_error(exc: Exception, *, provider: str) -> LLMError:
         return error_for_status(status_code=None, message=f"{provider}: request timed out", provider=provider)
     if isinstance(exc, TRANSPORT_ERRORS):
         return error_for_status(status_code=None, message=f"{provider}: connection failed: {exc}", provider=provider)
+    if isinstance(exc, pydantic.ValidationError):  # JSON, but not the shape the API documents
+        return malformed_answer_error(provider=provider, error=exc)
     if isinstance(exc, ValueError):  # json.JSONDecodeError: a 2xx body that is not JSON
         return non_json_error(provider=provider, body=exc)
     return error_for_status(status_code=400, message=f"{provider}: {short(str(exc))}", provider=provider)
@@ -133,6 +143,12 @@ class GeminiClient:
             response = self.client.models.generate_content(model=request.model, contents=contents, config=config)
         except (genai_errors.APIError, ValueError, *TRANSPORT_ERRORS) as exc:
             raise without_secret(map_gemini_error(exc, provider=provider), secret=self.settings.api_key) from exc
+        try:
+            return self.result_from(response, provider=provider)
+        except MALFORMED_ANSWER_ERRORS as exc:
+            raise malformed_answer_error(provider=provider, error=exc) from exc
+
+    def result_from(self, response, *, provider: str) -> CompletionResult:
         if not response.candidates:
             feedback = response.prompt_feedback
             reason = feedback.block_reason if feedback and feedback.block_reason else "no candidates"

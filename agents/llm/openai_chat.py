@@ -11,7 +11,14 @@ from typing import Any
 import openai
 
 from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, LLMError, ToolCall, ToolSpec, Usage
-from agents.llm.errors import error_for_status, non_json_error, short, without_secret
+from agents.llm.errors import (
+    MALFORMED_ANSWER_ERRORS,
+    error_for_status,
+    malformed_answer_error,
+    non_json_error,
+    short,
+    without_secret,
+)
 from agents.llm.settings import ProviderSettings
 
 OVERFLOW_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
@@ -126,6 +133,12 @@ class OpenAIChatClient:
             raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
         if not isinstance(response, openai.types.chat.ChatCompletion) or not response.choices:
             raise non_json_error(provider=provider, body=response)
+        try:
+            return self.result_from(response, provider=provider)
+        except MALFORMED_ANSWER_ERRORS as exc:
+            raise malformed_answer_error(provider=provider, error=exc) from exc
+
+    def result_from(self, response, *, provider: str) -> CompletionResult:
         choice = response.choices[0]
         calls = tuple(
             ToolCall(name=call.function.name, arguments=parse_arguments(call.function.arguments), id=call.id)

@@ -11,7 +11,13 @@ from typing import Any
 import openai
 
 from agents.llm.base import CompletionRequest, CompletionResult, PermanentError, ToolCall, Usage
-from agents.llm.errors import error_for_status, non_json_error, without_secret
+from agents.llm.errors import (
+    MALFORMED_ANSWER_ERRORS,
+    error_for_status,
+    malformed_answer_error,
+    non_json_error,
+    without_secret,
+)
 from agents.llm.openai_chat import map_openai_error, openai_client, parse_arguments, strict_schema
 from agents.llm.settings import ProviderSettings
 
@@ -72,6 +78,12 @@ class OpenAIResponsesClient:
             raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
         if not isinstance(response, openai.types.responses.Response):
             raise non_json_error(provider=provider, body=response)
+        try:
+            return self.result_from(response, provider=provider)
+        except MALFORMED_ANSWER_ERRORS as exc:
+            raise malformed_answer_error(provider=provider, error=exc) from exc
+
+    def result_from(self, response, *, provider: str) -> CompletionResult:
         if response.status == "failed":
             error = response.error
             message = f"{provider}: response failed: {error.message if error else 'no detail'}"

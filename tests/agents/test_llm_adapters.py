@@ -323,6 +323,45 @@ def test_t1_an_api_key_echoed_in_an_error_body_never_reaches_our_error(api, llm_
     assert "***" in caught.value.message
 
 
+# 200 answers in JSON that leave out what the API documents (an incompatible "compatible" server): the SDKs
+# build responses without validating them, so the gap shows only when a field is read.
+MISSHAPEN_BODIES = {
+    "openai_chat": {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "stop"}],
+    },
+    "openai_responses": {"id": "resp_1", "object": "response", "status": "completed", "output": [{"type": "message"}]},
+    "anthropic": {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "text"}],
+        "model": "claude-sonnet-4-6",
+        "stop_reason": "end_turn",
+    },
+    "gemini": {"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"args": []}}]}}]},
+}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_t1_an_answer_without_the_documented_shape_is_permanent(api, llm_stub):
+    # given
+    model = model_for(api, llm_stub)
+    llm_stub.enqueue(api, StubResponse(body=MISSHAPEN_BODIES[api]))
+    # when
+    with pytest.raises(PermanentError) as caught:
+        llm_client_for(model=model).complete(text_request(api))
+    # then: our error type (never an AttributeError out of the adapter), naming the provider
+    assert type(caught.value) is PermanentError
+    assert caught.value.message.startswith(
+        f"{model.provider.name}: the provider's answer does not have the shape its API documents ("
+    )
+    assert len(llm_stub.requests) == 1
+
+
 @pytest.mark.parametrize("api", APIS)
 def test_t1_timeout_is_transient(api, llm_stub):
     # given: the provider's timeout is shorter than the stub's answer

@@ -278,6 +278,26 @@ def test_t2_permanent_failure_is_recorded_with_a_readable_reason(llm_stub, statu
     assert len(llm_stub.requests) == 1
 
 
+def test_t2_an_answer_without_the_documented_shape_fails_the_turn_readably(llm_stub):
+    """A 200 whose JSON lacks the documented fields is a permanent provider error, not a crash mid-turn."""
+    # given
+    thread = ThreadFactory(bot=stub_bot(llm_stub))
+    turn = rest_turn(thread)
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o", "choices": [{"index": 0}]}
+    llm_stub.enqueue("openai_chat", StubResponse(body=body))
+    # when
+    result = turn_run_task.delay(turn.pk).get()
+    # then
+    assert result is None
+    turn.refresh_from_db()
+    assert turn.status == Turn.Status.FAILED
+    assert turn.error.startswith(
+        f"PermanentError: {turn.bot.primary_model.provider.name}: the provider's answer does not have the shape"
+    )
+    assert (turn.attempts, len(llm_stub.requests)) == (1, 1)
+    assert not Message.objects.filter(kind=Message.Kind.AGENT_REPLY).exists()
+
+
 def test_t2_disabled_provider_fails_without_a_call(llm_stub):
     # given
     bot = stub_bot(llm_stub)

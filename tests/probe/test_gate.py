@@ -250,6 +250,24 @@ def test_context_overflow_fails_closed_and_is_not_retried_P7(make_judge, make_di
     assert (result.cause, result.activated, result.retryable) == (Cause.MODEL_CALL_FAILED, False, False)
 
 
+def test_an_answer_without_the_documented_shape_fails_closed_with_one_record_P7_P8(
+    make_judge, make_discuss_bot, llm_stub
+):
+    """A 200 whose JSON lacks `choices[0].message` is a provider error: silent bot, one row, no exception."""
+    bot = make_discuss_bot(mode=Bot.ProbeMode.MODEL, judge=make_judge())
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "judge", "choices": [{"index": 0}]}
+    llm_stub.enqueue("openai_chat", StubResponse(body=body))
+    result = probe_gate_run(bot=bot, transcript=TRANSCRIPT)
+    assert (result.cause, result.outcome, result.activated, result.retryable) == (
+        Cause.MODEL_CALL_FAILED,
+        "error",
+        False,
+        False,
+    )
+    assert result.judgement.error.startswith("PermanentError: ")
+    assert ProbeJudgement.objects.filter(bot=bot).count() == 1
+
+
 def test_timeout_fails_closed_P7(make_judge, make_discuss_bot, llm_stub):
     judge = make_judge()
     judge.provider.timeout_seconds = 0.3
