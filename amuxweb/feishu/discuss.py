@@ -75,17 +75,12 @@ def _fire_enqueue(*, wake_id: int, eta: datetime) -> None:
             transaction.on_commit(lambda: _fire_timer_start(wake_id=wake_id, eta=eta))
         return
 
-    def enqueue() -> None:
-        try:
-            discuss_wake_fire_task.apply_async(args=[wake_id], eta=eta, retry=False)
-        except Exception as error:  # broker down: the sweeper fires the wake once due
-            from amuxweb.feishu.services.intake import _is_broker_error
+    from amuxweb.feishu.services.intake import task_enqueue
 
-            if not isinstance(error, OSError | ConnectionError) and not _is_broker_error(error):
-                raise
-            logger.warning("discuss wake not enqueued; the sweeper will fire it", extra={"wake_id": wake_id})
-
-    transaction.on_commit(enqueue)
+    # Broker down: logged, and the beat sweeper fires the wake once due.
+    transaction.on_commit(
+        lambda: task_enqueue(task=discuss_wake_fire_task, args=[wake_id], what="discuss_wake", eta=eta)
+    )
 
 
 def _fire_timer_start(*, wake_id: int, eta: datetime) -> None:
@@ -266,13 +261,17 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
             return FIRE_FAILED
         _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="" if gate.outcome == "no_action" else gate.cause)
         return FIRE_DECLINED
-    turn = discuss_activation_start(bot=bot, wake=wake, gate=gate)
-    if turn is None:
-        _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="the wake's message is not stored")
-        return FIRE_NO_SOURCE
-    wake.turn = turn
-    _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="", extra=["turn"])
-    ProbeJudgement.objects.filter(pk=gate.judgement.pk).update(turn=turn, thread_id=turn.thread_id)
+    with transaction.atomic():
+        # The turn, its wake and its judgement commit together (the turn is enqueued, and any notice sent, only
+        # after): a turn the sweeper re-queues always finds the judgement its contract is rebuilt from (P9).
+        turn = discuss_activation_start(bot=bot, wake=wake, gate=gate)
+        if turn is None:
+            # the wake's message is not stored, or its session was retired (the user was told to start anew)
+            _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="no turn started")
+            return FIRE_NO_SOURCE
+        wake.turn = turn
+        _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="", extra=["turn"])
+        ProbeJudgement.objects.filter(pk=gate.judgement.pk).update(turn=turn, thread_id=turn.thread_id)
     return FIRE_STARTED
 
 

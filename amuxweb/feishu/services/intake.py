@@ -52,14 +52,17 @@ def inbound_event_store(
     return event, True
 
 
-def task_enqueue(*, task, args: list, what: str) -> bool:
+def task_enqueue(*, task, args: list, what: str, eta=None) -> bool:
     """Queue a task; a broker outage is logged, not raised: the row it works on is stored and a sweeper retries."""
     from kombu.exceptions import OperationalError as KombuOperationalError
     from redis.exceptions import RedisError
 
     try:
         # retry=False: with Redis down, fail at once instead of holding a webhook's answer.
-        task.apply_async(args=args, retry=False)
+        if eta is None:
+            task.apply_async(args=args, retry=False)
+        else:
+            task.apply_async(args=args, eta=eta, retry=False)
     except (KombuOperationalError, RedisError, OSError) as error:
         logger.warning(
             "task not enqueued (broker unavailable); the sweeper will pick it up",

@@ -79,17 +79,33 @@ def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: s
 def feishu_turns_sweep(*, now=None) -> list[int]:
     """Re-enqueue Feishu turns still queued long after they were created (their enqueue was lost)."""
     now = now or timezone.now()
-    turn_pks = list(
+    rows = list(
         Turn.objects.filter(
             status=Turn.Status.QUEUED,
             attempts=0,  # never started: its enqueue was lost (a turn waiting for a retry has attempts > 0)
             thread__channel="feishu",
             queued_at__lt=now - timedelta(seconds=TURN_SWEEP_AFTER_SECONDS),
-        ).values_list("pk", flat=True)[:200]
+        ).values_list("pk", "trigger")[:200]
     )
-    for turn_pk in turn_pks:
-        feishu_turn_enqueue(turn=Turn(pk=turn_pk))
-    return turn_pks
+    contracts = discuss_contracts_get(turn_pks=[pk for pk, trigger in rows if trigger == Turn.Trigger.DISCUSS])
+    for turn_pk, _ in rows:
+        # P9: a discuss turn the judge activated runs with its contract, however it was (re-)queued.
+        feishu_turn_enqueue(turn=Turn(pk=turn_pk), activation_contract=contracts.get(turn_pk, ""))
+    return [pk for pk, _ in rows]
+
+
+def discuss_contracts_get(*, turn_pks: list[int]) -> dict[int, str]:
+    """The activation contract of each discuss turn a judge activated (P9), rebuilt from its stored judgement;
+    a turn without one (ungated) has none. One query for the batch."""
+    if not turn_pks:
+        return {}
+    from probe.models import ProbeJudgement
+    from probe.prompts import activation_contract
+
+    judgements = ProbeJudgement.objects.filter(turn_id__in=turn_pks, activated=True).order_by("id")
+    return {
+        turn_pk: activation_contract(reason=reason) for turn_pk, reason in judgements.values_list("turn_id", "reason")
+    }
 
 
 def _source_parsed(*, turn: Turn) -> ParsedMessage | None:
