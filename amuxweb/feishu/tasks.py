@@ -15,10 +15,11 @@ def inbound_event_process(event_pk: int) -> str:
 
 @shared_task
 def inbound_events_sweep() -> int:
+    from amuxweb.feishu.services.delivery import notices_sweep
     from amuxweb.feishu.services.intake import inbound_events_sweep as sweep
     from amuxweb.feishu.services.turns import feishu_turns_sweep
 
-    return len(sweep()) + len(feishu_turns_sweep())
+    return len(sweep()) + len(feishu_turns_sweep()) + len(notices_sweep())
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, bind=True, max_retries=FEISHU_TURN_MAX_RETRIES)

@@ -5,6 +5,7 @@ A bot without Feishu credentials still gets its rows, marked `recorded` instead 
 
 import hashlib
 import logging
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -20,6 +21,11 @@ logger = logging.getLogger(__name__)
 # Characters per text message. Feishu caps a text request body at 150 KB; the content is JSON inside JSON,
 # so a CJK character can take ~7 bytes on the wire: 8000 characters stay far below the cap.
 TEXT_CHUNK_CHARS = 8000
+# A notice not sent this long after it was written is retried by the sweeper (a send takes seconds at most:
+# 4 attempts of a 10 s timeout); after NOTICE_MAX_ATTEMPTS sends or an hour it stays failed, visible in the admin.
+NOTICE_SWEEP_AFTER_SECONDS = 120
+NOTICE_GIVE_UP_AFTER_SECONDS = 3600
+NOTICE_MAX_ATTEMPTS = 5
 
 
 def delivery_uuid(*, bot: Bot, source_message_id: str, purpose: str, chunk_index: int) -> str:
@@ -119,7 +125,12 @@ def deliveries_send(*, deliveries: list[OutboundDelivery]) -> list[OutboundDeliv
 def feishu_notice_send(
     *, bot: Bot, chat_id: str, reply_to_message_id: str, reply_in_thread: bool, text: str, purpose: str
 ) -> list[OutboundDelivery]:
-    """A short bridge notice (help, "start a new topic", quoted read failed): no turn, same uuid discipline."""
+    """A short bridge notice (help, "start a new topic", quoted read failed): no turn, same uuid discipline.
+
+    The rows are written in the caller's transaction; the HTTP call runs only after it commits (at once when
+    there is none), so no Feishu call ever holds a transaction open, and a rolled-back caller sends nothing.
+    A send Feishu refuses stays on its row (failed) and `notices_sweep` retries it under the same uuid.
+    """
     rows = deliveries_prepare(
         bot=bot,
         turn=None,
@@ -130,7 +141,41 @@ def feishu_notice_send(
         source_message_id=reply_to_message_id or chat_id,
         purpose=purpose,
     )
-    return deliveries_send(deliveries=rows)
+    transaction.on_commit(lambda: notices_deliver(deliveries=rows))
+    return rows
+
+
+def notices_deliver(*, deliveries: list[OutboundDelivery]) -> bool:
+    """Send a notice's rows in order; a refusal is logged (the row says why), never raised. True when all went."""
+    for delivery in deliveries:
+        try:
+            delivery_send(delivery=delivery)
+        except feishu_client.FeishuApiError as error:
+            logger.warning(
+                "feishu notice not delivered; the sweeper retries it",
+                extra={"bot": delivery.bot.slug, "uuid": delivery.uuid, "code": error.code},
+            )
+            return False  # the later chunks wait, so the notice is never delivered out of order
+    return True
+
+
+def notices_sweep(*, now=None) -> list[int]:
+    """Retry notices whose send failed or never ran (worker killed after commit), same uuid: never posted twice."""
+    now = now or timezone.now()
+    rows = list(
+        OutboundDelivery.objects.filter(
+            turn__isnull=True,
+            status__in=[OutboundDelivery.Status.PENDING, OutboundDelivery.Status.FAILED],
+            attempts__lt=NOTICE_MAX_ATTEMPTS,
+            created_at__lt=now - timedelta(seconds=NOTICE_SWEEP_AFTER_SECONDS),
+            created_at__gte=now - timedelta(seconds=NOTICE_GIVE_UP_AFTER_SECONDS),
+        )
+        .select_related("bot")
+        .order_by("id")[:100]
+    )
+    for row in rows:
+        notices_deliver(deliveries=[row])
+    return [row.pk for row in rows]
 
 
 def message_is_bot_output(*, bot: Bot, feishu_message_id: str) -> bool:

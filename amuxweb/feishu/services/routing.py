@@ -135,14 +135,18 @@ def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteRe
     return RouteResult(ROUTE_COMMAND)
 
 
-def inbound_message_route(*, bot: Bot, payload: dict) -> RouteResult:
-    """Classify one message and do what it asks: DM turn, group turn, discuss wake, command, or record only."""
+def inbound_message_route(*, bot: Bot, payload: dict, bot_open_id: str | None = None) -> RouteResult:
+    """Classify one message and do what it asks: DM turn, group turn, discuss wake, command, or record only.
+
+    `bot_open_id`: the bot's own open_id when the caller already looked it up (outside its transaction).
+    """
     from amuxweb.feishu.services.turns import feishu_turn_start
 
     parsed = message_parse(payload)
     if parsed is None:
         return RouteResult(IGNORED_UNREADABLE)
-    bot_open_id = bot_open_id_ensure(bot=bot)
+    if bot_open_id is None:
+        bot_open_id = bot_open_id_ensure(bot=bot)
     if not bot_open_id and bot.has_feishu_credentials and parsed.mentions and not parsed.is_direct:
         # F6: without its own open_id the bot cannot tell whether it was @-ed; retry later rather than drop an @.
         raise feishu_client.FeishuApiError("the bot's open_id is unknown (bot/v3/info failed)")
@@ -204,8 +208,10 @@ def inbound_event_process(*, event_pk: int) -> RouteResult | None:
     if event is None:
         return None
     try:
-        with transaction.atomic():
-            result = inbound_message_route(bot=event.bot, payload=event.payload)
+        # The one-time bot/v3/info read is an HTTP call: made before the transaction, never inside it.
+        bot_open_id = bot_open_id_ensure(bot=event.bot)
+        with transaction.atomic():  # notices go out after commit (feishu_notice_send), turns enqueue after it
+            result = inbound_message_route(bot=event.bot, payload=event.payload, bot_open_id=bot_open_id)
     except Exception as error:  # an unexpected bug must not lose the event: release it for the sweeper
         logger.exception("feishu event processing failed", extra={"inbound_event": event.pk, "bot": event.bot.slug})
         inbound_event_release_for_retry(event=event, error=f"{type(error).__name__}: {error}")
