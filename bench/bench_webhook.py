@@ -34,7 +34,7 @@ ROUNDS = 4
 CONCURRENCY = 8
 WORKERS = 4
 MAX_SECONDS = 30  # per load run
-DATABASE = "amux_bench_webhook"
+DATABASE = "amux_bench_webhook"  # prefixed with DATABASE_URL's own name, so two people's runs never collide
 DEFAULT_REDIS = "redis://127.0.0.1:6379/5"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +56,9 @@ def _postgres_url() -> str | None:
         else "postgres://postgres@127.0.0.1:5432/postgres"
     )
     parsed = environ.Env.db_url_config(base)
+    global DATABASE
+    if configured.startswith(("postgres://", "postgresql://")) and parsed["NAME"] not in ("", "postgres"):
+        DATABASE = f"{parsed['NAME']}_bench_webhook"
     admin = (
         f"postgresql://{parsed['USER'] or 'postgres'}@{parsed['HOST'] or '127.0.0.1'}:{parsed['PORT'] or 5432}/postgres"
     )
