@@ -38,8 +38,10 @@ def automation_run_task(self, automation_id: int, run_id: str = "") -> int | Non
     from agents.services.turns import TurnRetryLater
 
     automation = Automation.objects.select_related("bot").filter(pk=automation_id).first()
-    if automation is None or not (run_id or automation.is_enabled):
-        return None  # deleted, or disabled since beat read the schedule (a "Run now" passes a run_id)
+    if automation is None or not (run_id or (automation.is_enabled and automation.bot.is_enabled)):
+        # Deleted, or it or its bot disabled since the schedule was synced (a bot's save does not re-sync its
+        # automations' periodic tasks: this check is what keeps a disabled bot quiet). "Run now" passes a run_id.
+        return None
     while True:
         try:
             reply = automation_run(automation=automation, run_id=run_id or self.request.id)

@@ -1,8 +1,9 @@
 """Automations: a bot's scheduled prompt, run by Celery beat (django-celery-beat) into its own thread.
 
 Creating or saving an automation syncs one `PeriodicTask` ("automation:<id>") that calls
-`agents.tasks.automation_run_task(automation_id)` on the automation's crontab; disabling the automation (or its
-bot) disables the periodic task. Each run appends a user_message (mask 0) and an agent_reply (mask 1) to the
+`agents.tasks.automation_run_task(automation_id)` on the automation's crontab; disabling the automation disables
+the periodic task (so does a disabled bot at the automation's next save), and the task itself skips a scheduled
+run of a disabled automation or of a disabled bot. Each run appends a user_message (mask 0) and an agent_reply (mask 1) to the
 automation's own thread (runtime_mode automation, created on the first run): runs show in /history and
 never in context (V2). A run is a Turn with source "automation:<automation id>:<run id>", so a redelivered
 run task (same run id) never runs twice.

@@ -125,6 +125,21 @@ def test_the_beat_task_runs_an_enabled_automation_and_skips_a_disabled_one(bot, 
     assert Automation.objects.get(pk=disabled.pk).thread_id is None
 
 
+def test_the_beat_task_skips_the_automation_of_a_bot_disabled_after_it_was_scheduled(bot, daily):
+    # given: the periodic task was synced while the bot was enabled
+    automation = automation_create(bot=bot, name="on", prompt="Go.", schedule=daily)
+    bot.is_enabled = False
+    bot.save()
+    assert PeriodicTask.objects.get(pk=automation.periodic_task_id).enabled is True
+    # when: beat fires
+    result = automation_run_task.delay(automation.pk).get()
+    # then: nothing is written (no thread, no turn, no message)
+    assert result is None
+    assert Automation.objects.get(pk=automation.pk).thread_id is None
+    assert not Turn.objects.filter(bot=bot).exists()
+    assert not Message.objects.filter(thread__bot=bot).exists()
+
+
 def test_run_now_runs_a_disabled_automation(bot, daily):
     # given
     automation = automation_create(bot=bot, name="off", prompt="Go.", schedule=daily, is_enabled=False)
