@@ -3,7 +3,8 @@
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -37,3 +38,10 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     else:
         response.data = {"message": str(exc.detail), "extra": {}}
     return response
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler404: a URL no view matches (`/api/v1/threads/abc/`) is JSON under /api/ too, like every API error."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"message": "Not found.", "extra": {}}, status=404)
+    return defaults.page_not_found(request, exception)

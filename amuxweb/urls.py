@@ -14,3 +14,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("feishu/", include(("amuxweb.feishu.urls", "feishu"))),
 ]
+
+# An unknown URL under /api/ answers JSON like every other API error (amuxweb.api); elsewhere Django's page.
+handler404 = "amuxweb.api.page_not_found"

@@ -237,6 +237,24 @@ def test_thread_create_bad_input_is_400_and_writes_nothing(people, body, expecte
     assert Thread.objects.count() == 0
 
 
+@pytest.mark.parametrize("path", ["/api/v1/threads/abc/", "/api/v1/threads/1/nothing/", "/api/v2/threads/"])
+def test_an_unknown_api_url_is_a_404_json_body(people, path):
+    # when a client asks for a URL no API view matches
+    response = _client_for(people["owner"]).get(path)
+
+    # then it gets the API's JSON error body, not an HTML page
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"message": "Not found.", "extra": {}}
+
+
+def test_an_unknown_url_outside_the_api_is_still_djangos_page(people):
+    response = _client_for(people["owner"]).get("/nothing-here/")
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
 def test_thread_create_malformed_json_is_400_and_writes_nothing(people):
     response = _client_for(people["owner"]).post(THREADS_URL, "{not json", content_type="application/json")
 
