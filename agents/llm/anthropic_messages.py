@@ -19,10 +19,9 @@ from agents.llm.base import (
 )
 from agents.llm.errors import (
     MALFORMED_ANSWER_ERRORS,
-    error_for_status,
     malformed_answer_error,
     non_json_error,
-    short,
+    stainless_sdk_error,
     without_secret,
 )
 from agents.llm.settings import ProviderSettings
@@ -30,27 +29,15 @@ from agents.llm.settings import ProviderSettings
 OVERFLOW_PHRASES = ("prompt is too long", "exceed context limit", "context window", "input is too long")
 
 
+def anthropic_status_error(exc: anthropic.APIStatusError) -> tuple[str, bool]:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    message = str(error.get("message") or exc.message)
+    return message, any(phrase in message.lower() for phrase in OVERFLOW_PHRASES)
+
+
 def map_anthropic_error(exc: anthropic.AnthropicError, *, provider: str) -> LLMError:
-    if isinstance(exc, anthropic.APIStatusError):
-        body = exc.body if isinstance(exc.body, dict) else {}
-        error = body.get("error") if isinstance(body.get("error"), dict) else {}
-        message = str(error.get("message") or exc.message)
-        is_overflow = exc.status_code in (400, 413) and any(phrase in message.lower() for phrase in OVERFLOW_PHRASES)
-        return error_for_status(
-            status_code=exc.status_code,
-            message=f"{provider}: {message}",
-            provider=provider,
-            headers=exc.response.headers,
-            body=exc.body,
-            is_overflow=is_overflow,
-        )
-    if isinstance(exc, anthropic.APITimeoutError):
-        return error_for_status(status_code=None, message=f"{provider}: request timed out", provider=provider)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return error_for_status(status_code=None, message=f"{provider}: connection failed: {exc}", provider=provider)
-    if isinstance(exc, anthropic.APIResponseValidationError):
-        return non_json_error(provider=provider, body=exc.body)
-    return error_for_status(status_code=400, message=f"{provider}: {short(str(exc))}", provider=provider)
+    return stainless_sdk_error(exc, sdk=anthropic, provider=provider, describe_status=anthropic_status_error)
 
 
 class AnthropicClient:

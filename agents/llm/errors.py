@@ -9,7 +9,8 @@ ContextOverflowError; any other 4xx → PermanentError.
 import email.utils
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 from agents.llm.base import (
@@ -81,6 +82,8 @@ def error_for_status(
 
 
 SECRET_MASK = "***"
+# Shorter "keys" (placeholders such as "k" or "none" for keyless local servers) would mask ordinary words.
+MIN_MASKED_SECRET_CHARS = 8
 
 
 def without_secret(error: LLMError, *, secret: str) -> LLMError:
@@ -89,10 +92,36 @@ def without_secret(error: LLMError, *, secret: str) -> LLMError:
     Some OpenAI-compatible gateways quote the key they refused in their error body; our message becomes a
     turn's error (admin, turns API) and a log field, where no secret may appear.
     """
-    if secret and secret in error.message:
+    if len(secret) >= MIN_MASKED_SECRET_CHARS and secret in error.message:
         error.message = error.message.replace(secret, SECRET_MASK)
         error.args = (error.message,)
     return error
+
+
+def stainless_sdk_error(
+    exc: Exception, *, sdk: ModuleType, provider: str, describe_status: Callable[[Any], tuple[str, bool]]
+) -> LLMError:
+    """The mapping the `openai` and `anthropic` SDKs share (one code generator, one exception tree).
+
+    `describe_status(exc)` reads an `APIStatusError`'s body in that API's own shape: (message, is it an overflow).
+    """
+    if isinstance(exc, sdk.APIStatusError):
+        message, is_overflow = describe_status(exc)
+        return error_for_status(
+            status_code=exc.status_code,
+            message=f"{provider}: {message}",
+            provider=provider,
+            headers=exc.response.headers,
+            body=exc.body,
+            is_overflow=exc.status_code in (400, 413) and is_overflow,
+        )
+    if isinstance(exc, sdk.APITimeoutError):  # before APIConnectionError, its base class
+        return error_for_status(status_code=None, message=f"{provider}: request timed out", provider=provider)
+    if isinstance(exc, sdk.APIConnectionError):
+        return error_for_status(status_code=None, message=f"{provider}: connection failed: {exc}", provider=provider)
+    if isinstance(exc, sdk.APIResponseValidationError):
+        return non_json_error(provider=provider, body=exc.body)
+    return error_for_status(status_code=400, message=f"{provider}: {short(str(exc))}", provider=provider)
 
 
 def non_json_error(*, provider: str, body: object) -> TransientError:

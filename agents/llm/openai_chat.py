@@ -13,10 +13,9 @@ import openai
 from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, LLMError, ToolCall, ToolSpec, Usage
 from agents.llm.errors import (
     MALFORMED_ANSWER_ERRORS,
-    error_for_status,
     malformed_answer_error,
     non_json_error,
-    short,
+    stainless_sdk_error,
     without_secret,
 )
 from agents.llm.settings import ProviderSettings
@@ -47,30 +46,16 @@ def strict_schema(tool: ToolSpec) -> bool:
     return tool.parameters.get("additionalProperties") is False
 
 
+def openai_status_error(exc: openai.APIStatusError) -> tuple[str, bool]:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    code = str(getattr(exc, "code", "") or body.get("code") or "")
+    message = str(body.get("message") or exc.message)
+    return message, code in OVERFLOW_CODES or any(phrase in message.lower() for phrase in OVERFLOW_PHRASES)
+
+
 def map_openai_error(exc: openai.OpenAIError, *, provider: str) -> LLMError:
     """One mapping for both OpenAI APIs (Chat Completions and Responses) and compatible endpoints."""
-    if isinstance(exc, openai.APIStatusError):
-        body = exc.body if isinstance(exc.body, dict) else {}
-        code = str(getattr(exc, "code", "") or body.get("code") or "")
-        message = str(body.get("message") or exc.message)
-        is_overflow = exc.status_code in (400, 413) and (
-            code in OVERFLOW_CODES or any(phrase in message.lower() for phrase in OVERFLOW_PHRASES)
-        )
-        return error_for_status(
-            status_code=exc.status_code,
-            message=f"{provider}: {message}",
-            provider=provider,
-            headers=exc.response.headers,
-            body=exc.body,
-            is_overflow=is_overflow,
-        )
-    if isinstance(exc, openai.APITimeoutError):
-        return error_for_status(status_code=None, message=f"{provider}: request timed out", provider=provider)
-    if isinstance(exc, openai.APIConnectionError):
-        return error_for_status(status_code=None, message=f"{provider}: connection failed: {exc}", provider=provider)
-    if isinstance(exc, openai.APIResponseValidationError):
-        return non_json_error(provider=provider, body=exc.body)
-    return error_for_status(status_code=400, message=f"{provider}: {short(str(exc))}", provider=provider)
+    return stainless_sdk_error(exc, sdk=openai, provider=provider, describe_status=openai_status_error)
 
 
 def chat_message(message: ChatMessage) -> dict[str, Any]:
