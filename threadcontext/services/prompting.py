@@ -43,6 +43,7 @@ def context_prompt_prepare(
     topic_root_prompt_delivered: bool = False,
     topic_root_text: str | None = None,
     quoted_text: str | None = None,
+    quoted_message_id: str = "",
     target_id: str = "",
 ) -> PreparedPrompt:
     """Build this turn's prompt from the stored thread context and record the decision with its preview.
@@ -52,6 +53,8 @@ def context_prompt_prepare(
         from the local store when due.
     quoted_text: the replied-to message's text read online by the caller (C7); None when not a reply. A failed read
         must not reach here: the caller answers the user and submits nothing.
+    quoted_message_id: the replied-to message's id (the reply's parent_id). When it is the topic root, the quote
+        already carries the root: it is neither read nor injected a second time, and it counts as delivered (C8).
     """
     effective = workspace_settings_resolve(workspace=workspace)
     root_due = not is_slash_command and topic_root_is_due(
@@ -60,8 +63,9 @@ def context_prompt_prepare(
         is_group_scope=effective.is_group_scope,
     )
     root_is_request = message_id == root_msg_id
+    quoting_the_root = quoted_text is not None and bool(quoted_message_id) and quoted_message_id == root_msg_id
     root_text = None
-    if root_due and not root_is_request:
+    if root_due and not root_is_request and not quoting_the_root:
         root_text = topic_root_text or topic_root_text_get(
             bridge_id=bridge_id, chat_id=chat_id, root_msg_id=root_msg_id
         )
@@ -87,14 +91,14 @@ def context_prompt_prepare(
             quoted_text=quoted_text,
         )
     decision = context_decision_record(package=package, prompt_preview=prompt)
-    # Delivered once a submit carried the root: as a wrapper, or as the request itself (root is the request).
+    # Delivered once a submit carried the root: as a wrapper, as the request itself, or as the quoted message.
     injected = bool(root_text) and (root_text in prompt)
     return PreparedPrompt(
         prompt=prompt,
         package=package,
         decision=decision,
-        topic_root_injected=injected or (root_due and root_is_request),
+        topic_root_injected=injected or (root_due and (root_is_request or quoting_the_root)),
         is_submittable=not is_slash_command
         and request_is_submittable(request_text=request_text, topic_root_due=bool(root_text), quoted_text=quoted_text),
-        topic_root_missing=root_due and not root_is_request and not root_text,
+        topic_root_missing=root_due and not root_is_request and not quoting_the_root and not root_text,
     )
