@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import F, QuerySet
 
-from agents.models import Bot, Message, Thread
+from agents.models import Bot, Message, Thread, Turn
 from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 from amuxweb.exceptions import ApplicationError, NotFoundError
 
@@ -40,13 +40,18 @@ class HistoryPage:
     next_cursor: str | None  # None on the last page
 
 
+def _visible_to(rows: QuerySet, *, user: AbstractBaseUser | AnonymousUser, owner_lookup: str) -> QuerySet:
+    """The one visibility rule (ARCHITECTURE §7): staff see all, a user the rows of bots they own, anonymous none."""
+    if not user.is_authenticated:
+        return rows.none()
+    if user.is_staff:
+        return rows
+    return rows.filter(**{owner_lookup: user})
+
+
 def bot_get_for_user(*, user: AbstractBaseUser | AnonymousUser, slug: str) -> Bot:
     """A bot the user may start threads on (their own; staff: any). Unknown and foreign bots look the same."""
-    bots = Bot.objects.select_related("owner")
-    if not user.is_authenticated:
-        bots = bots.none()
-    elif not user.is_staff:
-        bots = bots.filter(owner=user)
+    bots = _visible_to(Bot.objects.select_related("owner"), user=user, owner_lookup="owner")
     try:
         return bots.get(slug=slug)
     except Bot.DoesNotExist:
@@ -69,11 +74,16 @@ def user_owns_bot_profile(user: AbstractBaseUser | AnonymousUser, bot_profile: s
 def thread_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Thread]:
     """Threads the user may see: staff see all, everyone else the threads of bots they own."""
     threads = Thread.objects.select_related("bot", "bot__owner")
-    if not user.is_authenticated:
-        return threads.none()
-    if user.is_staff:
-        return threads.order_by("-id")
-    return threads.filter(bot__owner=user).order_by("-id")
+    return _visible_to(threads, user=user, owner_lookup="bot__owner").order_by("-id")
+
+
+def turn_get(*, user: AbstractBaseUser | AnonymousUser, turn_id: int) -> Turn:
+    """A turn of a bot the user owns (staff: any); NotFoundError otherwise, so ids do not leak."""
+    turns = _visible_to(Turn.objects.select_related("bot", "reply_message"), user=user, owner_lookup="bot__owner")
+    try:
+        return turns.get(pk=turn_id)
+    except Turn.DoesNotExist:
+        raise NotFoundError("Turn not found.", extra={"turn_id": turn_id}) from None
 
 
 def thread_get(*, user: AbstractBaseUser | AnonymousUser, thread_id: int) -> Thread:

@@ -8,8 +8,8 @@ from rest_framework.views import APIView
 
 from agents.apis.threads import ERROR_RESPONSE, MessageOutputSerializer
 from agents.models import Turn
-from agents.selectors import thread_get
-from agents.services.turns import REST_MESSAGE_MAX_CHARS, rest_message_post, turn_get
+from agents.selectors import thread_get, turn_get
+from agents.services.turns import REST_MESSAGE_MAX_CHARS, rest_message_post
 
 
 class MessagePostInputSerializer(serializers.Serializer):

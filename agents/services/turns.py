@@ -390,7 +390,7 @@ def turn_run(
     return reply
 
 
-# --- REST chat and reads -----------------------------------------------------------------------------------
+# --- REST chat -------------------------------------------------------------------------------------------
 
 REST_MESSAGE_MAX_CHARS = 32000
 
@@ -445,18 +445,3 @@ def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
     if stale:
         logger.info("turns swept", extra={"found": len(stale), "enqueued": enqueued})
     return enqueued
-
-
-def turn_get(*, user, turn_id: int) -> Turn:
-    """A turn of a bot the user owns (staff: any); NotFoundError otherwise, so ids do not leak."""
-    from amuxweb.exceptions import NotFoundError
-
-    turns = Turn.objects.select_related("bot", "reply_message")
-    if not user.is_authenticated:
-        turns = turns.none()
-    elif not user.is_staff:
-        turns = turns.filter(bot__owner=user)
-    try:
-        return turns.get(pk=turn_id)
-    except Turn.DoesNotExist:
-        raise NotFoundError("Turn not found.", extra={"turn_id": turn_id}) from None
