@@ -5,3 +5,17 @@ class FeishuConfig(AppConfig):
     name = "amuxweb.feishu"
     label = "feishu"
     verbose_name = "Feishu bridge"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_delete, post_save
+
+        from agents.models import Bot
+
+        def forget(sender, instance, **kwargs) -> None:
+            from amuxweb.feishu.webhook import bot_cache_forget
+
+            bot_cache_forget(bot_pk=instance.pk)
+
+        # The webhook's per-process bot cache: a save or delete in this process takes effect at once.
+        post_save.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_save")
+        post_delete.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_delete")

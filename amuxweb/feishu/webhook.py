@@ -28,7 +28,9 @@ HANDLED_EVENT_TYPES = ("im.message.receive_v1",)
 _captured: contextvars.ContextVar[CustomizedEvent | None] = contextvars.ContextVar("feishu_captured", default=None)
 _handlers: dict[int, tuple[Any, lark.EventDispatcherHandler]] = {}
 _handlers_lock = threading.Lock()
-_bots: dict[str, Bot] = {}
+# slug -> (monotonic expiry, Bot): the webhook reads the bot row at most once per BOT_CACHE_SECONDS per process.
+_bots: dict[str, tuple[float, Bot]] = {}
+BOT_CACHE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -40,19 +42,30 @@ class WebhookOutcome:
     event: dict[str, Any] | None = None
 
 
-def webhook_bot_get(*, slug: str) -> Bot | None:
-    """The enabled bot for a webhook URL. One cheap query per request (no secret decrypted): the decrypted row is
-    reused while its updated_at is unchanged, so a credentials change or a disable takes effect at once."""
-    row = Bot.objects.filter(slug=slug).values_list("pk", "updated_at", "is_enabled").first()
-    if row is None or not row[2]:
-        _bots.pop(slug, None)
-        return None
+def webhook_bot_get(*, slug: str, now: float | None = None) -> Bot | None:
+    """The enabled bot for a webhook URL, read at most once per BOT_CACHE_SECONDS per worker process.
+
+    A save of the bot in this process drops the entry at once (`bot_cache_forget` on post_save); in another
+    worker a credentials change or a disable takes effect within BOT_CACHE_SECONDS. The handler cache is keyed
+    on the bot's updated_at, so a refreshed row with new credentials gets a new handler.
+    """
+    now = time.monotonic() if now is None else now
     cached = _bots.get(slug)
-    if cached is not None and cached.pk == row[0] and cached.updated_at == row[1]:
-        return cached
-    bot = Bot.objects.get(pk=row[0])
-    _bots[slug] = bot
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    bot = Bot.objects.filter(slug=slug, is_enabled=True).first()
+    if bot is None:
+        _bots.pop(slug, None)  # unknown and disabled bots are not cached: enabling one works at once
+        return None
+    _bots[slug] = (now + BOT_CACHE_SECONDS, bot)
     return bot
+
+
+def bot_cache_forget(*, bot_pk: int) -> None:
+    """Drop a bot from this process's webhook cache, under any slug (post_save / post_delete of a Bot)."""
+    for slug, (_, bot) in list(_bots.items()):
+        if bot.pk == bot_pk:
+            _bots.pop(slug, None)
 
 
 def _capture(data: CustomizedEvent) -> None:

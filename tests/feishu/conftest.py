@@ -113,6 +113,7 @@ def feishu_stub(settings):
     TokenManager.cache = LocalCache()  # the SDK's token cache is process-global
     feishu_client._clients.clear()
     feishu_webhook._handlers.clear()
+    feishu_webhook._bots.clear()
     yield server.stub
     server.stop()
     TokenManager.cache = LocalCache()
