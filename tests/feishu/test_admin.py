@@ -49,3 +49,53 @@ def test_admin_event_detail_shows_the_payload(admin_client, feishu, make_feishu_
 
     assert response.status_code == 200
     assert "hello there" in response.content.decode()
+
+
+def _list_queries(admin_client, model: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        assert admin_client.get(f"/admin/feishu/{model}/").status_code == 200
+    return len(queries)
+
+
+def test_admin_lists_cost_the_same_queries_for_one_row_or_many(admin_client, make_feishu_bot):
+    """No N+1: each list's query count does not grow with its rows (bots and turns are joined, not fetched)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.models import Turn
+    from amuxweb.feishu.models import DiscussWake, OutboundDelivery
+    from tests.agents.factories import ThreadFactory
+
+    def rows(index: int) -> None:
+        bot = make_feishu_bot()
+        turn = Turn.objects.create(
+            bot=bot, thread=ThreadFactory(bot=bot), trigger="mention", source_message_id=f"om_{index}"
+        )
+        InboundEvent.objects.create(
+            bot=bot, event_id=f"e{index}", message_id=f"om_{index}", event_type="im.message.receive_v1", payload={}
+        )
+        OutboundDelivery.objects.create(bot=bot, turn=turn, chat_id="oc", uuid=f"u{index}", content="hi")
+        now = timezone.now()
+        DiscussWake.objects.create(
+            bot=bot,
+            chat_id="oc",
+            root_msg_id=f"om_{index}",
+            status="done",
+            last_message_id=f"om_{index}",
+            first_message_at=now,
+            due_at=now,
+            deadline_at=now + timedelta(seconds=30),
+            turn=turn,
+        )
+
+    rows(0)
+    one = {model: _list_queries(admin_client, model) for model in ("inboundevent", "outbounddelivery", "discusswake")}
+    for index in range(1, 6):
+        rows(index)
+    many = {model: _list_queries(admin_client, model) for model in ("inboundevent", "outbounddelivery", "discusswake")}
+
+    assert many == one

@@ -9,7 +9,7 @@ from agents.models import Bot, Turn
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.models import InboundEvent, OutboundDelivery
 from amuxweb.feishu.parsing import ParsedMessage, message_parse, slash_command
-from amuxweb.feishu.services.delivery import feishu_notice_send
+from amuxweb.feishu.services.delivery import feishu_notice_send, message_is_bot_output
 from amuxweb.feishu.services.intake import inbound_event_claim, inbound_event_finish, inbound_event_release_for_retry
 
 logger = logging.getLogger(__name__)
@@ -112,10 +112,6 @@ def bot_secrets(bot: Bot) -> tuple[str, ...]:
     )
 
 
-def _reply_in_thread(parsed: ParsedMessage) -> bool:
-    return parsed.is_in_topic
-
-
 def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteResult:
     from amuxweb.feishu.services.sessions import session_retire
 
@@ -128,7 +124,7 @@ def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteRe
         bot=bot,
         chat_id=parsed.chat_id,
         reply_to_message_id=parsed.message_id,
-        reply_in_thread=_reply_in_thread(parsed),
+        reply_in_thread=parsed.is_in_topic,
         text=text,
         purpose=f"command{command}",
     )
@@ -170,9 +166,7 @@ def inbound_message_route(*, bot: Bot, payload: dict, bot_open_id: str | None = 
     from threadcontext.selectors import workspace_get
     from threadcontext.services import thread_event_record_inbound
 
-    is_reply_to_bot = (
-        bool(parsed.parent_id) and OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parsed.parent_id).exists()
-    )
+    is_reply_to_bot = message_is_bot_output(bot=bot, feishu_message_id=parsed.parent_id)
     message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot_open_id, is_reply_to_bot=is_reply_to_bot)
     addressed = message.is_this_bot_addressed
     if command and addressed:

@@ -91,7 +91,3 @@ def session_retire(*, bot: Bot, parsed: ParsedMessage) -> bool:
     if retired is not None:
         Thread.objects.filter(pk=retired.agent_thread_id, retired_at__isnull=True).update(retired_at=retired.retired_at)
     return retired is not None
-
-
-def session_is_group_scope(*, bot: Bot, chat_id: str, chat_type: str) -> bool:
-    return _scope_key(bot=bot, chat_id=chat_id, chat_type=chat_type, root_msg_id="")[1]
