@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from agents.models import Bot, LLMModel, UserProfile
@@ -165,7 +165,3 @@ def failing_closed_bots_list(
         )
         for row in rows
     ]
-
-
-def judgements_of_wake(*, wake_id: int) -> QuerySet[ProbeJudgement]:
-    return ProbeJudgement.objects.filter(wake_id=wake_id).select_related("model").order_by("id")
