@@ -1,8 +1,10 @@
 """One call for the turn: select the context, render the prompt, record the decision (C5, C7-C11).
 
-The bridge/turn calls `context_prompt_prepare` after `thread_event_record_inbound` said `triggers_selector`, submits
-`prepared.prompt` when `prepared.is_submittable`, and after a successful submit calls
-`session_binding_mark_topic_root_delivered` when `prepared.topic_root_injected`.
+The contract: call `context_prompt_prepare` after `thread_event_record_inbound` said `triggers_selector`, submit
+`prepared.prompt` when `prepared.is_submittable`, and after a successful submit call
+`session_binding_mark_topic_root_delivered` when `prepared.topic_root_injected`. (The Feishu bridge's turn,
+`amuxweb.feishu.services.turns.feishu_turn_execute`, still composes the same steps from the selector, renderer and
+decision service itself; this function is the one the seed's acceptance test drives.)
 """
 
 from __future__ import annotations
