@@ -49,8 +49,9 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         max_age_seconds=settings.FEISHU_MAX_EVENT_AGE_SECONDS,
     )
     if outcome.event is not None:
-        message = (outcome.event.get("event") or {}).get("message") or {}
-        message_id = message.get("message_id")
+        event = outcome.event.get("event")
+        message = event.get("message") if isinstance(event, dict) else None
+        message_id = message.get("message_id") if isinstance(message, dict) else None
         if not isinstance(message_id, str) or not message_id:
             # Authenticated but shapeless: acknowledge so Feishu stops retrying a payload we never accept.
             return JsonResponse({"msg": "ignored"})

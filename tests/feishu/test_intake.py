@@ -9,6 +9,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from agents.models import Turn
+from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu import webhook as feishu_webhook
 from amuxweb.feishu.models import InboundEvent, OutboundDelivery
 from amuxweb.feishu.services import inbound_event_process
@@ -29,6 +30,8 @@ def test_f2_same_message_four_times_is_one_turn_and_one_reply(feishu, make_feish
     payload["header"]["event_id"] = "replayed-event-id-1"
     replay = feishu.post(bot, payload)
     feishu_webhook._handlers.clear()  # the process restarted: every in-memory cache is gone
+    feishu_webhook._bots.clear()
+    feishu_client._clients.clear()
     payload["header"]["event_id"] = "replayed-event-id-2"
     after_restart = feishu.post(bot, payload)
     # then

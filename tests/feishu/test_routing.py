@@ -273,6 +273,28 @@ def test_c8_topic_root_fetched_online_injected_once_and_marked_after_delivery(fe
     assert SessionBinding.objects.get().topic_root_prompt_delivered is True
 
 
+def test_c8_setting_off_the_root_is_never_fetched_or_injected_and_an_empty_at_submits_nothing(
+    feishu, make_feishu_bot, llm_stub
+):
+    # given: a workspace with topic_root_enabled off, and a topic root this bot never received
+    bot = make_feishu_bot()
+    Workspace.objects.create(bot_profile=bot.slug, chat_id="oc_group", topic_root_enabled=False)
+    feishu.stub.add_message(message_id="om_root", text="Fix the login callback", chat_id="oc_group")
+    in_topic = {"root_id": "om_root", "thread_id": "omt_root", "parent_id": "om_root"}
+    # when: an @ with a request, then an empty @, in the topic
+    feishu.say(bot, text="find the root cause", mention=[bot], message_id="om_a", **in_topic)
+    feishu.say(bot, text="", mention=[bot], message_id="om_b", **in_topic)
+    # then: the root was not read online; the first prompt is the bare request; the empty @ reached no model
+    asked, empty = Turn.objects.order_by("id")
+    assert (asked.user_message.content, asked.user_message.prompt) == ("find the root cause", "")
+    assert feishu.stub.requests_to("get") == []
+    assert (empty.status, empty.error, empty.user_message) == ("skipped", "Empty request.", None)
+    assert _sent_texts(feishu.stub) == [
+        "[local_rules · rule-based echo] I received 0 context messages; you said: find the root cause"
+    ]
+    assert SessionBinding.objects.get().topic_root_prompt_delivered is False
+
+
 def test_c8_topic_root_not_marked_delivered_when_the_delivery_fails(feishu, make_feishu_bot, mocker):
     bot = make_feishu_bot()
     Workspace.objects.create(bot_profile=bot.slug, chat_id="oc_group")

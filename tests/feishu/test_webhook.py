@@ -309,3 +309,17 @@ def test_f1_bot_cache_expires_and_a_save_in_this_process_drops_it_at_once(make_f
     bot.is_enabled = False
     bot.save()
     assert webhook_bot_get(slug=bot.slug, now=100.5) is None
+
+
+@pytest.mark.parametrize("event", [{"message": "not an object"}, ["a", "list"], {"message": {"message_id": 42}}])
+def test_f1_an_authenticated_shapeless_event_is_acknowledged_not_a_500(feishu, make_feishu_bot, event):
+    """F1: a signed event of a handled type whose body we cannot read is answered 200 (no retries), not stored."""
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+    payload["event"] = event
+
+    response = feishu.post(bot, payload)
+
+    assert response.status_code == 200
+    assert response.json() == {"msg": "ignored"}
+    assert InboundEvent.objects.count() == 0
