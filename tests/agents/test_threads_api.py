@@ -90,6 +90,25 @@ def test_thread_list_permission_matrix(people, role, expected_titles):
     assert response.json()["count"] == len(expected_titles)
 
 
+def test_thread_list_runs_no_query_per_thread(people):
+    # given one thread, then eight more on several bots
+    client = _client_for(people["owner"])
+    ThreadFactory(bot=people["bot"])
+    with CaptureQueriesContext(connection) as one_thread:
+        assert client.get(THREADS_URL).status_code == 200
+    for _ in range(4):
+        ThreadFactory(bot=people["bot"])
+        ThreadFactory(bot=BotFactory(owner=people["owner"]))
+
+    # when
+    with CaptureQueriesContext(connection) as nine_threads:
+        response = client.get(THREADS_URL)
+
+    # then: the bot's slug comes with the page (select_related), not one query per row
+    assert response.json()["count"] == 9
+    assert len(nine_threads) == len(one_thread)
+
+
 def test_thread_list_anonymous_is_401(people):
     response = _client_for(None).get(THREADS_URL)
     assert response.status_code == 401
