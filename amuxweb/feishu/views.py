@@ -27,7 +27,10 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
             {"message": "This bot has no Feishu app configured.", "extra": {"bot": bot_slug}}, status=404
         )
 
-    length = int(request.META.get("CONTENT_LENGTH") or 0)
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:  # Django's request.body would raise on it (gunicorn refuses it before us)
+        return JsonResponse({"message": "Bad Content-Length header.", "extra": {}}, status=400)
     too_big = length > settings.FEISHU_MAX_BODY_BYTES
     body = b""
     if not too_big:

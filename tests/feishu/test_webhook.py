@@ -323,3 +323,15 @@ def test_f1_an_authenticated_shapeless_event_is_acknowledged_not_a_500(feishu, m
     assert response.status_code == 200
     assert response.json() == {"msg": "ignored"}
     assert InboundEvent.objects.count() == 0
+
+
+def test_f1_a_garbled_content_length_is_a_400_not_a_500(client, make_feishu_bot):
+    bot = make_feishu_bot()
+
+    response = client.post(
+        f"/feishu/webhook/{bot.slug}/", data=b'{"a": 1}', content_type="application/json", CONTENT_LENGTH="abc"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {"message": "Bad Content-Length header.", "extra": {}}
+    assert InboundEvent.objects.count() == 0
