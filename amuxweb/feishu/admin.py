@@ -110,11 +110,15 @@ class DiscussWakeExplainAdmin(DiscussWakeAdmin):
         ] + super().get_urls()
 
     def explain_view(self, request: HttpRequest, wake_id: int | None = None, turn_id: int | None = None):
+        from django.core.exceptions import PermissionDenied
         from django.http import Http404
         from django.template.response import TemplateResponse
 
         from amuxweb.feishu.explain import ExplainNotFound, wake_explain_data
 
+        # admin_view only checks is_staff: the page shows context the operator may not be allowed to read.
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         try:
             explain = wake_explain_data(wake_id=wake_id, turn_id=turn_id)
         except ExplainNotFound as error:

@@ -114,6 +114,7 @@ def test_c1_after_a_restart_coder_still_gets_the_plan(feishu, team):
     plan = turn_of(planner, "om_p1").reply_message.content
     # the hub restarts: every in-process cache is gone, only the database remains
     feishu_webhook._handlers.clear()
+    feishu_webhook._bots.clear()
     feishu_client._clients.clear()
     TokenManager.cache = LocalCache()
 

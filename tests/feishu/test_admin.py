@@ -99,3 +99,37 @@ def test_admin_lists_cost_the_same_queries_for_one_row_or_many(admin_client, mak
     many = {model: _list_queries(admin_client, model) for model in ("inboundevent", "outbounddelivery", "discusswake")}
 
     assert many == one
+
+
+def test_explain_pages_need_the_view_permission_on_discuss_wakes_P11(client, make_feishu_bot):
+    """P11: the explain page shows context; a staff user without view permission on wakes gets a 403."""
+    from django.contrib.auth.models import Permission
+    from django.utils import timezone
+
+    from agents.models import Turn
+    from amuxweb.feishu.models import DiscussWake
+    from tests.agents.factories import ThreadFactory
+
+    bot = make_feishu_bot()
+    turn = Turn.objects.create(bot=bot, thread=ThreadFactory(bot=bot), trigger="discuss", source_message_id="om_1")
+    now = timezone.now()
+    wake = DiscussWake.objects.create(
+        bot=bot,
+        chat_id="oc",
+        root_msg_id="om_1",
+        status="done",
+        last_message_id="om_1",
+        first_message_at=now,
+        due_at=now,
+        deadline_at=now,
+        turn=turn,
+    )
+    staff = UserFactory(is_staff=True)
+    client.force_login(staff)
+    pages = [f"/admin/feishu/discusswake/{wake.pk}/explain/", f"/admin/feishu/discusswake/turn/{turn.pk}/explain/"]
+
+    denied = [client.get(page).status_code for page in pages]
+    staff.user_permissions.add(Permission.objects.get(codename="view_discusswake"))
+    allowed = [client.get(page).status_code for page in pages]
+
+    assert (denied, allowed) == ([403, 403], [200, 200])
