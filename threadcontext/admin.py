@@ -40,7 +40,9 @@ class WorkspaceFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if not self.value():
             return queryset
-        workspace = Workspace.objects.filter(pk=self.value()).first()
+        if not self.value().isdigit():
+            return queryset.none()
+        workspace = Workspace.objects.filter(pk=int(self.value())).first()
         if workspace is None:
             return queryset.none()
         return queryset.filter(bot_profile=workspace.bot_profile, chat_id=workspace.chat_id)
@@ -60,7 +62,12 @@ class RootFilter(admin.SimpleListFilter):
         return [(root, root) for root in unique]
 
     def queryset(self, request, queryset):
-        return queryset.filter(root_msg_id=self.value()) if self.value() else queryset
+        if not self.value():
+            return queryset
+        if "\x00" in self.value():
+            # No root holds a NUL byte, and PostgreSQL refuses one in a query parameter (a 500, not "no rows").
+            return queryset.none()
+        return queryset.filter(root_msg_id=self.value())
 
 
 @admin.register(Workspace)
