@@ -75,10 +75,19 @@ def estimate_tokens(text: str) -> int:
     return -(-len(text) // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
 
 
+def output_reserve_tokens(*, context_window: int, max_output_tokens: int) -> int:
+    """The answer's share of the window, at most a quarter of it; the request asks for no more than this.
+
+    Providers refuse a request whose input plus requested output exceeds the window, so the output the request
+    asks for and the output the context budget leaves room for must be the same number.
+    """
+    return min(max_output_tokens, (context_window or DEFAULT_CONTEXT_WINDOW_TOKENS) // 4)
+
+
 def context_budget_tokens(*, context_window: int, max_output_tokens: int, fixed_tokens: int) -> int:
     """Tokens left for context messages: the window minus the answer's reserve and the fixed parts."""
     window = context_window or DEFAULT_CONTEXT_WINDOW_TOKENS
-    output_reserve = min(max_output_tokens, window // 4)
+    output_reserve = output_reserve_tokens(context_window=context_window, max_output_tokens=max_output_tokens)
     return max(window - output_reserve - fixed_tokens, 0)
 
 
@@ -145,7 +154,9 @@ def primary_input_build(
     request = CompletionRequest(
         model=model.name,
         messages=(*system, *fitted, *fixed),
-        max_output_tokens=model.max_output_tokens,
+        max_output_tokens=output_reserve_tokens(
+            context_window=model.context_window, max_output_tokens=model.max_output_tokens
+        ),
     )
     return PrimaryInput(
         request=request,

@@ -370,6 +370,24 @@ def test_t3_context_messages_are_the_newest_that_fit_the_models_window(llm_stub)
     assert turn.model_input["dropped_context_messages"] == 5
 
 
+def test_t3_the_request_never_asks_for_more_output_than_the_window_leaves(llm_stub):
+    """Input + requested output stay within the window: a model whose output cap exceeds a quarter of its
+    window is asked for the quarter the context budget reserved (providers refuse input + max_tokens > window)."""
+    # given: a 400-token window and an output cap of 1000; ten 54-token older messages
+    thread = ThreadFactory(bot=stub_bot(llm_stub, context_window=400, max_output_tokens=1000, system_prompt=""))
+    for i in range(10):
+        message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content=f"{i}" + "x" * 199)
+    turn = rest_turn(thread, content="newest")
+    # when
+    turn_run(turn=turn)
+    # then: 100 (= 400 // 4) reserved and requested; the budget 400 - 100 - 6 = 294 keeps five messages
+    sent = llm_stub.requests[0].json
+    assert sent["max_tokens"] == 100
+    assert [m["content"][0] for m in sent["messages"][:-1]] == ["5", "6", "7", "8", "9"]
+    estimated_input = sum(estimate_tokens(m["content"]) for m in sent["messages"])
+    assert estimated_input + sent["max_tokens"] <= 400
+
+
 def test_t3_a_turn_loads_no_more_context_rows_than_could_fit_the_window(llm_stub):
     # given: a 40-token window fits at most 40 // 4 = 10 messages; the thread holds 30 short ones
     thread = ThreadFactory(bot=stub_bot(llm_stub, context_window=40, max_output_tokens=1, system_prompt=""))

@@ -71,7 +71,8 @@ def test_turn_detail_shows_model_input_as_sent_output_usage_and_retry_history(ad
     page = response.content.decode()
     assert response.status_code == 200
     assert "The answer is 42." in page  # output
-    assert "&quot;max_tokens&quot;: 4096" in page  # the request body as sent
+    # the request body as sent (output cap 4096, undeclared 8192 window: a quarter of it, 2048, is requested)
+    assert "&quot;max_tokens&quot;: 2048" in page
     assert "You are Helper." in page
     assert "&quot;outcome&quot;: &quot;retry&quot;" in page and "&quot;outcome&quot;: &quot;ok&quot;" in page
     assert "&quot;output_tokens&quot;: 6" in page
