@@ -62,12 +62,7 @@ class RootFilter(admin.SimpleListFilter):
         return [(root, root) for root in unique]
 
     def queryset(self, request, queryset):
-        if not self.value():
-            return queryset
-        if "\x00" in self.value():
-            # No root holds a NUL byte, and PostgreSQL refuses one in a query parameter (a 500, not "no rows").
-            return queryset.none()
-        return queryset.filter(root_msg_id=self.value())
+        return queryset.filter(root_msg_id=self.value()) if self.value() else queryset
 
 
 @admin.register(Workspace)
