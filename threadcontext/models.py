@@ -127,7 +127,12 @@ class ThreadContextDecision(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [models.Index(fields=["root_msg_id", "bot_profile", "-id"], name="decision_root_profile_newest")]
+        indexes = [
+            models.Index(fields=["root_msg_id", "bot_profile", "-id"], name="decision_root_profile_newest"),
+            # Retention (C13) looks for expired decisions on every throttled write: without this index each look
+            # walks the whole table when nothing has expired.
+            models.Index(fields=["created_at"], name="decision_created"),
+        ]
 
     def __str__(self) -> str:
         return f"decision {self.pk}"

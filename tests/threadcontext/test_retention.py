@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
@@ -143,3 +144,13 @@ def test_c13_prune_command_refuses_a_batch_size_below_one_and_removes_nothing(ba
 def test_c13_prune_service_refuses_a_batch_size_below_one():
     with pytest.raises(ValueError, match="^batch_size must be at least 1, not 0.$"):
         thread_context_prune(batch_size=0)
+
+
+@pytest.mark.parametrize("table", ["threadcontext_threadevent", "threadcontext_threadcontextdecision"])
+def test_c13_retention_reads_expired_rows_through_a_created_at_index(table):
+    # given the migrated database; when its indexes are read
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, table)
+
+    # then: the prune's `created_at < cutoff` lookup has an index of its own (no table walk when nothing expired)
+    assert any(c["index"] and c["columns"] == ["created_at"] for c in constraints.values())
