@@ -45,9 +45,9 @@ logger = logging.getLogger(__name__)
 
 # A model whose window is undeclared (context_window = 0) is assumed to have this many tokens.
 DEFAULT_CONTEXT_WINDOW_TOKENS = 8192
-# Tokens are estimated as characters / 4 (rounded up) plus a small per-message overhead: no tokenizer is
-# shipped for every provider, and this errs on the safe side for Latin text (CJK runs ~1 char/token: the
-# window reserve below leaves room for that).
+# Tokens are estimated without a tokenizer (none is shipped for every provider): ASCII characters / 4 (rounded
+# up), every other character one token (CJK runs about one character per token, and Feishu groups write
+# Chinese: counting it at 1/4 would overflow the window fourfold), plus a small per-message overhead.
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4
 # Transient failures: at most this many attempts in all, waiting base·2^(n-1) seconds (capped) in between.
@@ -72,7 +72,8 @@ class TurnRetryLater(Exception):
 
 
 def estimate_tokens(text: str) -> int:
-    return -(-len(text) // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return -(-ascii_chars // CHARS_PER_TOKEN) + (len(text) - ascii_chars) + MESSAGE_OVERHEAD_TOKENS
 
 
 def output_reserve_tokens(*, context_window: int, max_output_tokens: int) -> int:

@@ -65,6 +65,23 @@ def test_t3_context_fit_keeps_the_newest_contiguous_messages_that_fit():
     assert [message.content[0] for message in fitted] == ["2", "3", "4"]
 
 
+def test_t3_token_estimate_counts_cjk_as_one_token_per_character():
+    # given / when / then: ASCII at four characters a token, CJK (and other non-ASCII) at one, + 4 per message
+    assert estimate_tokens("x" * 36) == 9 + 4
+    assert estimate_tokens("我们周五发布吗") == 7 + 4
+    assert estimate_tokens("ok 好的") == 1 + 2 + 4  # "ok " → 1, "好的" → 2
+    assert estimate_tokens("") == 4
+
+
+def test_t3_a_chinese_context_is_fitted_by_its_real_size():
+    # given: 100 Chinese characters a message (~100 tokens, not the 25 a chars/4 estimate gives)
+    messages = [ChatMessage(role="user", content=f"{i}" + "好" * 99) for i in range(10)]
+    # when: 350 tokens of budget
+    fitted = context_fit(messages=messages, budget_tokens=350)
+    # then: three messages of 104 estimated tokens (312), not the ten a chars/4 estimate would admit
+    assert [message.content[0] for message in fitted] == ["7", "8", "9"]
+
+
 def test_t3_context_fit_stops_at_the_first_message_that_does_not_fit():
     # given: an old small message behind a big one — the window stays contiguous
     messages = [
