@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -34,6 +35,7 @@ from agents.llm.base import (
     LLMError,
     PermanentError,
     RateLimitedError,
+    TransientError,
     Usage,
 )
 from agents.llm.registry import llm_client_for, request_as_sent
@@ -324,9 +326,14 @@ def turn_run(
         client = llm_client_for(model=model)
         model_input["request"] = request_as_sent(client=client, request=primary.request)
         called = time.monotonic()
-        result = _complete_with_contract(
-            client=client, request=primary.request, activation_contract=activation_contract
-        )
+        try:
+            result = _complete_with_contract(
+                client=client, request=primary.request, activation_contract=activation_contract
+            )
+        except SoftTimeLimitExceeded as exc:
+            # The task's soft limit hit mid-call (a slow provider, SDK retries, the P9 second call): a transient
+            # fault like a timeout. Uncaught, the task failed, the message was acked and the turn stayed running.
+            raise TransientError("The provider call ran past the task's soft time limit.") from exc
     except LLMError as exc:
         error = f"{type(exc).__name__}: {exc.message}"
         if exc.retryable and turn.attempts < TURN_MAX_ATTEMPTS:

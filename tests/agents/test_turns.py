@@ -231,6 +231,37 @@ def test_t2_transient_error_retries_then_succeeds_through_the_task(llm_stub):
     assert turn.error == ""
 
 
+def test_t2_a_soft_time_limit_mid_call_is_retried_not_left_running(llm_stub, mocker):
+    """Celery raises SoftTimeLimitExceeded wherever the task is (here: inside the SDK's request); the turn
+    treats it as a transient fault and is retried, instead of failing the task with the turn left running."""
+    import openai.resources.chat.completions as completions
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    # given: the first call is cut by the soft time limit, the second gets the stub's reply
+    thread = ThreadFactory(bot=stub_bot(llm_stub))
+    turn = rest_turn(thread)
+    llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="in time")))
+    real_create = completions.Completions.create
+    calls = []
+
+    def create(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise SoftTimeLimitExceeded()
+        return real_create(self, *args, **kwargs)
+
+    mocker.patch.object(completions.Completions, "create", create)
+    # when
+    reply_id = turn_run_task.delay(turn.pk).get()
+    # then
+    turn.refresh_from_db()
+    assert (turn.status, turn.attempts, reply_id) == (Turn.Status.DELIVERED, 2, turn.reply_message_id)
+    assert turn.reply_message.content == "in time"
+    assert [entry["outcome"] for entry in turn.retry_history] == ["retry", "ok"]
+    assert turn.retry_history[0]["error"] == "TransientError: The provider call ran past the task's soft time limit."
+    assert len(llm_stub.requests) == 1
+
+
 def test_t2_rate_limit_retry_after_sets_the_countdown(llm_stub):
     # given
     thread = ThreadFactory(bot=stub_bot(llm_stub))
