@@ -152,11 +152,22 @@ class AutomationAdmin(admin.ModelAdmin):
 
     @admin.action(description="Run now")
     def run_now(self, request: HttpRequest, queryset: QuerySet[Automation]) -> None:
+        from kombu.exceptions import OperationalError
+
         from agents.tasks import automation_run_task
 
+        queued = 0
         for automation in queryset:
-            automation_run_task.delay(automation.pk, f"run-now-{uuid.uuid4().hex}")
-        self.message_user(request, f"Queued {queryset.count()} automation run(s).", messages.SUCCESS)
+            try:
+                automation_run_task.delay(automation.pk, f"run-now-{uuid.uuid4().hex}")
+            except OperationalError:  # the broker is down: say so instead of a 500
+                self.message_user(
+                    request, f"{automation.name}: the task queue is unreachable, try again later.", messages.ERROR
+                )
+                continue
+            queued += 1
+        if queued:
+            self.message_user(request, f"Queued {queued} automation run(s).", messages.SUCCESS)
 
 
 @admin.action(description="Test connection (one tiny call)")

@@ -118,6 +118,28 @@ def test_automation_run_now_action_runs_it(admin_client):
     assert kinds == ["user_message", "agent_reply"]
 
 
+def test_automation_run_now_with_the_broker_down_reports_it_instead_of_a_500(admin_client, mocker):
+    from kombu.exceptions import OperationalError
+
+    from agents.tasks import automation_run_task
+
+    # given: the broker refuses the task
+    automation = automation_create(
+        bot=BotFactory(), name="report", prompt="Report.", schedule=CrontabSchedule.objects.create(minute="0")
+    )
+    mocker.patch.object(automation_run_task, "delay", side_effect=OperationalError("Connection refused"))
+    # when
+    response = admin_client.post(
+        "/admin/agents/automation/", {"action": "run_now", "_selected_action": [automation.pk]}, follow=True
+    )
+    # then
+    assert response.status_code == 200
+    assert [str(m) for m in get_messages(response.wsgi_request)] == [
+        "report: the task queue is unreachable, try again later."
+    ]
+    assert not Message.objects.exists()
+
+
 def test_test_connection_on_a_model_reports_success(admin_client, llm_stub):
     # given
     model = stub_model(llm_stub)
