@@ -15,6 +15,9 @@ from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
 from agents.services.threads import thread_create
 
 SECRET_HELP_TEXT = "Write-only: never shown. Leave blank to keep the current value."
+PROVIDER_TIMEOUT_MIN_SECONDS = 1.0
+PROVIDER_TIMEOUT_MAX_SECONDS = 600.0
+PROVIDER_MAX_RETRIES = 5
 
 
 def secret_state(value: str) -> str:
@@ -68,6 +71,12 @@ class ProviderForm(SecretFieldsForm):
     base_url = forms.URLField(required=False, assume_scheme="https", help_text="Empty: the SDK's default endpoint.")
     api_key = SecretField(label="API key")
     api_key_clear = ClearSecretField(label="Clear API key")
+    # Bounds a provider client can work with: a zero timeout fails every call at once, a large retry count
+    # multiplies each attempt (worst case per attempt = timeout × (retries + 1), see agents/llm/registry.py).
+    timeout_seconds = forms.FloatField(min_value=PROVIDER_TIMEOUT_MIN_SECONDS, max_value=PROVIDER_TIMEOUT_MAX_SECONDS)
+    max_retries = forms.IntegerField(
+        min_value=0, max_value=PROVIDER_MAX_RETRIES, help_text="Retries the SDK itself makes."
+    )
 
     class Meta:
         model = Provider

@@ -171,6 +171,35 @@ def test_provider_api_key_is_write_only_and_encrypted_at_rest(admin_client):
     assert "Currently set." in page
 
 
+@pytest.mark.parametrize(
+    ("timeout_seconds", "max_retries", "field"),
+    [("0", "2", "timeout_seconds"), ("-5", "2", "timeout_seconds"), ("nan", "2", "timeout_seconds"),
+     ("601", "2", "timeout_seconds"), ("30", "6", "max_retries"), ("30", "-1", "max_retries")],
+)  # fmt: skip
+def test_provider_timeouts_and_retries_out_of_bounds_are_refused_and_nothing_is_written(
+    admin_client, timeout_seconds, max_retries, field
+):
+    # when
+    response = admin_client.post(
+        "/admin/agents/provider/add/",
+        {
+            "name": "broken",
+            "kind": "openai_chat",
+            "base_url": "",
+            "api_key": "",
+            "timeout_seconds": timeout_seconds,
+            "max_retries": max_retries,
+            "is_enabled": "on",
+            "models-TOTAL_FORMS": "0",
+            "models-INITIAL_FORMS": "0",
+        },
+    )
+    # then
+    assert response.status_code == 200
+    assert list(response.context["adminform"].form.errors) == [field]
+    assert not Provider.objects.filter(name="broken").exists()
+
+
 def test_v4_thread_runtime_mode_is_read_only_once_created(admin_client):
     # given
     thread = ThreadFactory(runtime_mode="chat", title="t")
