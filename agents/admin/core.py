@@ -73,9 +73,16 @@ class ProviderForm(SecretFieldsForm):
     api_key_clear = ClearSecretField(label="Clear API key")
     # Bounds a provider client can work with: a zero timeout fails every call at once, a large retry count
     # multiplies each attempt (worst case per attempt = timeout × (retries + 1), see agents/llm/registry.py).
-    timeout_seconds = forms.FloatField(min_value=PROVIDER_TIMEOUT_MIN_SECONDS, max_value=PROVIDER_TIMEOUT_MAX_SECONDS)
+    timeout_seconds = forms.FloatField(
+        min_value=PROVIDER_TIMEOUT_MIN_SECONDS,
+        max_value=PROVIDER_TIMEOUT_MAX_SECONDS,
+        initial=Provider._meta.get_field("timeout_seconds").default,
+    )
     max_retries = forms.IntegerField(
-        min_value=0, max_value=PROVIDER_MAX_RETRIES, help_text="Retries the SDK itself makes."
+        min_value=0,
+        max_value=PROVIDER_MAX_RETRIES,
+        initial=Provider._meta.get_field("max_retries").default,
+        help_text="Retries the SDK itself makes.",
     )
 
     class Meta:
