@@ -14,9 +14,9 @@ from django.utils import timezone
 from agents.models import Turn
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.models import InboundEvent, OutboundDelivery
-from amuxweb.feishu.services.delivery import notices_sweep
 from amuxweb.feishu.services.routing import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from amuxweb.feishu.services.turns import QUOTED_READ_FAILED_TEXT
+from amuxweb.feishu.tasks import inbound_events_sweep
 from threadcontext.models import Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -87,11 +87,11 @@ def test_f3_a_refused_notice_is_kept_and_sent_once_by_the_sweeper(feishu, make_f
     row = OutboundDelivery.objects.get()
     assert (row.status, row.turn_id, row.attempts) == ("failed", None, 1)
     assert feishu.stub.sent == []
-    # when: the sweeper runs later, twice
-    later = timezone.now() + timedelta(minutes=5)
-    first, second = notices_sweep(now=later), notices_sweep(now=later)
+    # when: the beat sweeper runs later, twice
+    OutboundDelivery.objects.update(created_at=timezone.now() - timedelta(minutes=5))
+    first, second = inbound_events_sweep.delay().get(), inbound_events_sweep.delay().get()
     # then: sent once, with the row's fixed uuid
-    assert (first, second) == ([row.pk], [])
+    assert (first, second) == (1, 0)
     assert _sent_texts(feishu.stub) == [HELP_TEXT]
     refused, sent = feishu.stub.requests_to("reply")
     assert (refused.body["uuid"], sent.body["uuid"]) == (row.uuid, row.uuid)
