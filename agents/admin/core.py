@@ -18,6 +18,7 @@ SECRET_HELP_TEXT = "Write-only: never shown. Leave blank to keep the current val
 PROVIDER_TIMEOUT_MIN_SECONDS = 1.0
 PROVIDER_TIMEOUT_MAX_SECONDS = 600.0
 PROVIDER_MAX_RETRIES = 5
+PROBE_DEBOUNCE_MAX_MS = 10 * 60 * 1000
 
 
 def secret_state(value: str) -> str:
@@ -92,6 +93,13 @@ class ProviderForm(SecretFieldsForm):
 
 class BotForm(SecretFieldsForm):
     secret_fields = ("feishu_app_secret", "feishu_encrypt_key", "feishu_verification_token")
+    # A discuss wake waits at most this long (P10): a mistyped delay would otherwise mute the bot for days.
+    probe_debounce_initial_ms = forms.IntegerField(
+        required=False, min_value=0, max_value=PROBE_DEBOUNCE_MAX_MS, help_text="Empty: the hub's default."
+    )
+    probe_debounce_max_ms = forms.IntegerField(
+        required=False, min_value=0, max_value=PROBE_DEBOUNCE_MAX_MS, help_text="Empty: the hub's default."
+    )
     feishu_app_secret = SecretField(label="Feishu app secret")
     feishu_app_secret_clear = ClearSecretField(label="Clear Feishu app secret")
     feishu_encrypt_key = SecretField(label="Feishu encrypt key")

@@ -125,6 +125,34 @@ def test_model_mode_without_a_model_is_a_validation_error_P11(admin_client):
     assert Bot.objects.get(pk=bot.pk).discuss_probe_mode == "inherit"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("probe_debounce_initial_ms", "-1"),
+        ("probe_debounce_initial_ms", "600001"),
+        ("probe_debounce_max_ms", "86400000"),
+    ],
+)
+def test_debounce_delays_out_of_bounds_are_refused_P10_P11(admin_client, field, value):
+    bot = BotFactory()
+    response = admin_client.post(
+        reverse("admin:agents_bot_change", args=[bot.pk]), bot_post_data(bot, **{field: value})
+    )
+    assert response.status_code == 200
+    assert list(response.context["adminform"].form.errors) == [field]
+    bot.refresh_from_db()
+    assert (bot.probe_debounce_initial_ms, bot.probe_debounce_max_ms) == (None, None)
+
+
+def test_debounce_delays_within_bounds_are_saved_P10_P11(admin_client):
+    bot = BotFactory()
+    data = bot_post_data(bot, probe_debounce_initial_ms="2000", probe_debounce_max_ms="600000")
+    response = admin_client.post(reverse("admin:agents_bot_change", args=[bot.pk]), data)
+    assert response.status_code == 302
+    bot.refresh_from_db()
+    assert (bot.probe_debounce_initial_ms, bot.probe_debounce_max_ms) == (2000, 600000)
+
+
 def test_clearing_the_model_returns_to_inherit_and_reaches_the_gate_P11_P3(admin_client):
     # given a bot judging with its own model, its gate configuration cached
     judge = LLMModelFactory(supports_tool_calls=True)
