@@ -14,7 +14,7 @@ class FeishuConfig(AppConfig):
         def forget(sender, instance, **kwargs) -> None:
             from amuxweb.feishu.webhook import bot_cache_forget
 
-            bot_cache_forget(bot_pk=instance.pk)
+            bot_cache_forget(bot_pk=instance.pk, slug=instance.slug)
 
         # The webhook's per-process bot cache: a save or delete in this process takes effect at once.
         post_save.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_save")

@@ -61,11 +61,12 @@ def webhook_bot_get(*, slug: str, now: float | None = None) -> Bot | None:
     return bot
 
 
-def bot_cache_forget(*, bot_pk: int) -> None:
-    """Drop a bot from this process's webhook cache, under any slug (post_save / post_delete of a Bot)."""
-    for slug, (_, bot) in list(_bots.items()):
+def bot_cache_forget(*, bot_pk: int, slug: str = "") -> None:
+    """Drop a bot from this process's webhook cache under its old and new slugs (post_save / post_delete)."""
+    _bots.pop(slug, None)  # also a deleted bot's successor with the same slug
+    for cached_slug, (_, bot) in list(_bots.items()):
         if bot.pk == bot_pk:
-            _bots.pop(slug, None)
+            _bots.pop(cached_slug, None)
 
 
 def _capture(data: CustomizedEvent) -> None:

@@ -293,6 +293,8 @@ def test_f1_a_cached_bot_costs_the_webhook_one_query_the_insert(feishu, make_fei
 
 
 def test_f1_bot_cache_expires_and_a_save_in_this_process_drops_it_at_once(make_feishu_bot):
+    from django.db import connection
+
     from agents.models import Bot
     from amuxweb.feishu.webhook import BOT_CACHE_SECONDS, webhook_bot_get
 
@@ -309,6 +311,14 @@ def test_f1_bot_cache_expires_and_a_save_in_this_process_drops_it_at_once(make_f
     bot.is_enabled = False
     bot.save()
     assert webhook_bot_get(slug=bot.slug, now=100.5) is None
+    # a bot deleted and created again under the same slug is the new row at once
+    Bot.objects.filter(pk=bot.pk).update(is_enabled=True)
+    assert webhook_bot_get(slug=bot.slug, now=200.0).pk == bot.pk
+    slug = bot.slug
+    with connection.cursor() as cursor:  # deleted by another process: no signal here
+        cursor.execute(f"DELETE FROM {Bot._meta.db_table} WHERE id = %s", [bot.pk])
+    successor = make_feishu_bot(slug=slug)
+    assert webhook_bot_get(slug=slug, now=200.5).pk == successor.pk
 
 
 @pytest.mark.parametrize("event", [{"message": "not an object"}, ["a", "list"], {"message": {"message_id": 42}}])
