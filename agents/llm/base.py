@@ -87,13 +87,14 @@ class AuthenticationError(LLMError):
 
 
 class TransientError(LLMError):
-    """Timeouts, connection failures, 5xx and overloaded answers: worth another try later."""
+    """Timeouts, connection failures, 5xx, overloaded and non-JSON answers: worth another try later."""
 
     retryable = True
 
 
 class PermanentError(LLMError):
-    """A request the provider will never accept as it is (bad request, unknown model, unparseable answer)."""
+    """A call that will not succeed as it is: a bad request, an unknown model, a JSON answer without the shape
+    the API documents (agents.llm.errors.malformed_answer_error)."""
 
 
 class LLMClient(Protocol):
