@@ -43,7 +43,7 @@ def discuss_bot(make_feishu_bot, make_judge, llm_stub):  # noqa: F811
 
 
 def test_a_discuss_turn_requeued_by_the_sweeper_keeps_its_activation_contract_P9(
-    feishu, discuss_bot, llm_stub, mocker, django_capture_on_commit_callbacks
+    feishu, discuss_bot, llm_stub, mocker, caplog, django_capture_on_commit_callbacks
 ):
     """P9: the judge says send, the turn's enqueue is lost (broker down); the sweeper's re-queue still runs the
     primary with the contract (the judge's reason as notes) as its last message."""
@@ -60,6 +60,8 @@ def test_a_discuss_turn_requeued_by_the_sweeper_keeps_its_activation_contract_P9
     assert outcomes == [discuss.FIRE_STARTED]
     assert lost.call_count == 1
     turn = Turn.objects.get(bot=discuss_bot)
+    [record] = [r for r in caplog.records if r.getMessage().startswith("task not enqueued")]
+    assert (record.what, record.task_args) == ("feishu_turn", [turn.pk])  # the contract is not logged
     assert (turn.status, turn.attempts) == ("queued", 0)
     assert llm_stub.requests_for("openai_chat") == []
     # when: the broker is back and the beat sweeper finds the lost turn

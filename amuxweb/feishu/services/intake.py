@@ -66,7 +66,12 @@ def task_enqueue(*, task, args: list, what: str, eta=None) -> bool:
     except (KombuOperationalError, RedisError, OSError) as error:
         logger.warning(
             "task not enqueued (broker unavailable); the sweeper will pick it up",
-            extra={"what": what, "task_args": args, "error": type(error).__name__},
+            # ids only: a turn's activation contract quotes the conversation, which logs do not carry
+            extra={
+                "what": what,
+                "task_args": [arg for arg in args if isinstance(arg, int)],
+                "error": type(error).__name__,
+            },
         )
         return False
     return True
