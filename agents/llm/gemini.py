@@ -60,6 +60,18 @@ def map_gemini_error(exc: Exception, *, provider: str) -> LLMError:
     return error_for_status(status_code=400, message=f"{provider}: {short(str(exc))}", provider=provider)
 
 
+def tool_result_name(*, calls: tuple[ToolCall, ...], tool_call_id: str, position: int) -> str:
+    """The function name a tool result answers: its call's (by id, else the n-th call), or a readable error."""
+    for call in calls:
+        if tool_call_id and call.id == tool_call_id:
+            return call.name
+    if not tool_call_id and position < len(calls):
+        return calls[position].name
+    raise PermanentError(
+        f"A tool result (call id {tool_call_id!r}) answers no tool call of the preceding assistant message."
+    )
+
+
 class GeminiClient:
     def __init__(self, settings: ProviderSettings) -> None:
         self.settings = settings
@@ -80,6 +92,11 @@ class GeminiClient:
     def request_parts(self, request: CompletionRequest) -> tuple[list[types.Content], types.GenerateContentConfig]:
         system = "\n\n".join(message.content for message in request.messages if message.role == "system")
         contents: list[types.Content] = []
+        # Gemini matches a functionResponse to its functionCall by the function's *name* (and, for several calls,
+        # by order), not by our call id: a tool result takes the name of the ToolCall it answers in the
+        # preceding assistant message - by id, else by position (Gemini's own calls often carry no id).
+        calls_answered: tuple[ToolCall, ...] = ()
+        results_since_calls = 0
         for message in request.messages:
             if message.role == "system":
                 continue
@@ -89,11 +106,16 @@ class GeminiClient:
                 except ValueError:
                     response = message.content
                 part = types.Part.from_function_response(
-                    name=message.tool_call_id or "tool",
+                    name=tool_result_name(
+                        calls=calls_answered, tool_call_id=message.tool_call_id, position=results_since_calls
+                    ),
                     response=response if isinstance(response, dict) else {"result": response},
                 )
                 contents.append(types.Content(role="user", parts=[part]))
+                results_since_calls += 1
                 continue
+            if message.role == "assistant":
+                calls_answered, results_since_calls = message.tool_calls, 0
             parts: list[types.Part] = [types.Part(text=message.content)] if message.content else []
             parts.extend(
                 types.Part(function_call=types.FunctionCall(name=call.name, args=call.arguments))

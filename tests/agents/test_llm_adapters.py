@@ -453,3 +453,77 @@ def test_t1_connection_refused_is_transient():
     with pytest.raises(TransientError) as caught:
         llm_client_for(model=model).complete(text_request("openai_chat"))
     assert "connection failed" in caught.value.message
+
+
+def test_t1_gemini_tool_result_is_sent_under_the_name_of_the_call_it_answers(llm_stub):
+    """A tool result's functionResponse carries the function's name (Gemini's key), never our call id."""
+    # given: the assistant called two tools; their results answer them by call id, in reverse order
+    model = model_for("gemini", llm_stub)
+    llm_stub.enqueue("gemini", StubResponse(body=BODY_BUILDERS["gemini"](text="done")))
+    request = CompletionRequest(
+        model=MODEL_NAMES["gemini"],
+        messages=(
+            ChatMessage(role="user", content="weather and time in Paris?"),
+            ChatMessage(
+                role="assistant",
+                content="",
+                tool_calls=(
+                    ToolCall(name="get_weather", arguments={"city": "Paris"}, id="call-1"),
+                    ToolCall(name="get_time", arguments={"tz": "Europe/Paris"}, id="call-2"),
+                ),
+            ),
+            ChatMessage(role="tool", content='{"time": "12:00"}', tool_call_id="call-2"),
+            ChatMessage(role="tool", content="sunny", tool_call_id="call-1"),
+        ),
+        max_output_tokens=64,
+    )
+    # when
+    result = llm_client_for(model=model).complete(request)
+    # then
+    assert result.text == "done"
+    (sent,) = llm_stub.requests_for("gemini")
+    assert sent.json["contents"] == [
+        {"role": "user", "parts": [{"text": "weather and time in Paris?"}]},
+        {
+            "role": "model",
+            "parts": [
+                {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}},
+                {"functionCall": {"name": "get_time", "args": {"tz": "Europe/Paris"}}},
+            ],
+        },
+        {"role": "user", "parts": [{"functionResponse": {"name": "get_time", "response": {"time": "12:00"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}}]},
+    ]
+
+
+def test_t1_gemini_tool_result_answering_no_call_is_a_permanent_error(llm_stub):
+    # given: a tool result whose id matches no call of the preceding assistant message
+    model = model_for("gemini", llm_stub)
+    request = CompletionRequest(
+        model=MODEL_NAMES["gemini"],
+        messages=(
+            ChatMessage(role="user", content="weather?"),
+            ChatMessage(role="assistant", content="", tool_calls=(ToolCall(name="get_weather", arguments={}, id="a"),)),
+            ChatMessage(role="tool", content="sunny", tool_call_id="b"),
+        ),
+        max_output_tokens=64,
+    )
+    # when
+    with pytest.raises(PermanentError) as caught:
+        llm_client_for(model=model).complete(request)
+    # then: nothing was sent
+    assert (
+        caught.value.message == "A tool result (call id 'b') answers no tool call of the preceding assistant message."
+    )
+    assert llm_stub.requests_for("gemini") == []
+
+
+def test_t1_gemini_tool_results_without_ids_answer_the_calls_in_order():
+    # given: Gemini's own calls carry no id
+    from agents.llm.gemini import tool_result_name
+
+    calls = (ToolCall(name="get_weather", arguments={}), ToolCall(name="get_time", arguments={}))
+    # when / then: the n-th result answers the n-th call
+    assert [tool_result_name(calls=calls, tool_call_id="", position=n) for n in (0, 1)] == ["get_weather", "get_time"]
+    with pytest.raises(PermanentError):
+        tool_result_name(calls=calls, tool_call_id="", position=2)
