@@ -96,3 +96,24 @@ def test_f3_a_refused_notice_is_kept_and_sent_once_by_the_sweeper(feishu, make_f
     refused, sent = feishu.stub.requests_to("reply")
     assert (refused.body["uuid"], sent.body["uuid"]) == (row.uuid, row.uuid)
     assert OutboundDelivery.objects.get().status == "sent"
+
+
+def test_f3_a_notice_feishu_keeps_refusing_is_retried_a_bounded_number_of_times(feishu, make_feishu_bot):
+    from amuxweb.feishu.services.delivery import NOTICE_GIVE_UP_AFTER_SECONDS, NOTICE_MAX_ATTEMPTS, notices_sweep
+
+    # given: the bot was removed from the chat (a permanent refusal)
+    bot = make_feishu_bot()
+    feishu.stub.fail_next("reply", status=400, code=230002, msg="Bot is not in the chat", times=100)
+    feishu.say(bot, text="/help", mention=[bot])
+    row = OutboundDelivery.objects.get()
+    later = timezone.now() + timedelta(minutes=5)
+    # when: the sweeper runs more often than the cap
+    swept = [notices_sweep(now=later) for _ in range(NOTICE_MAX_ATTEMPTS + 2)]
+    # then: NOTICE_MAX_ATTEMPTS sends in all, then the row stays failed; an expired notice is never retried
+    assert swept == [[row.pk]] * (NOTICE_MAX_ATTEMPTS - 1) + [[], [], []]
+    row.refresh_from_db()
+    assert (row.status, row.attempts, row.error) == ("failed", NOTICE_MAX_ATTEMPTS, "230002: Bot is not in the chat")
+    assert len(feishu.stub.requests_to("reply")) == NOTICE_MAX_ATTEMPTS
+    OutboundDelivery.objects.update(attempts=0)
+    expired = timezone.now() + timedelta(seconds=NOTICE_GIVE_UP_AFTER_SECONDS + 1)
+    assert notices_sweep(now=expired) == []
