@@ -63,12 +63,9 @@ class InboundEventAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Reprocess the selected events")
     def reprocess(self, request: HttpRequest, queryset: QuerySet[InboundEvent]) -> None:
-        from amuxweb.feishu.services import inbound_event_reprocess
+        from amuxweb.feishu.services import inbound_events_reprocess
 
-        count = 0
-        for event in queryset:
-            inbound_event_reprocess(event=event)
-            count += 1
+        count = inbound_events_reprocess(event_pks=list(queryset.values_list("pk", flat=True)))
         self.message_user(request, f"{count} event(s) queued for processing again.", messages.SUCCESS)
 
 

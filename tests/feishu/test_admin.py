@@ -133,3 +133,30 @@ def test_explain_pages_need_the_view_permission_on_discuss_wakes_P11(client, mak
     allowed = [client.get(page).status_code for page in pages]
 
     assert (denied, allowed) == ([403, 403], [200, 200])
+
+
+def test_admin_reprocess_costs_the_same_queries_for_one_event_or_many(admin_client, make_feishu_bot, mocker):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from amuxweb.feishu.tasks import inbound_event_process
+
+    enqueue = mocker.patch.object(inbound_event_process, "apply_async")
+    bot = make_feishu_bot()
+    events = [
+        InboundEvent.objects.create(
+            bot=bot, event_id=f"e{i}", message_id=f"om_{i}", event_type="im.message.receive_v1", payload={}
+        )
+        for i in range(4)
+    ]
+
+    def reprocess(selected) -> int:
+        with CaptureQueriesContext(connection) as queries, TestCase.captureOnCommitCallbacks(execute=True):
+            response = admin_client.post(
+                "/admin/feishu/inboundevent/", {"action": "reprocess", "_selected_action": [e.pk for e in selected]}
+            )
+        assert response.status_code == 302
+        return len(queries)
+
+    assert reprocess(events[:1]) == reprocess(events[1:])
+    assert sorted(call.kwargs["args"][0] for call in enqueue.call_args_list) == [e.pk for e in events]

@@ -8,7 +8,7 @@
 """
 
 from amuxweb.feishu.services.delivery import deliveries_prepare, delivery_send, feishu_notice_send
-from amuxweb.feishu.services.intake import inbound_event_reprocess, inbound_event_store, inbound_events_sweep
+from amuxweb.feishu.services.intake import inbound_event_store, inbound_events_reprocess, inbound_events_sweep
 from amuxweb.feishu.services.routing import inbound_event_process, inbound_message_route
 from amuxweb.feishu.services.turns import feishu_turn_start
 
@@ -18,8 +18,8 @@ __all__ = [
     "feishu_notice_send",
     "feishu_turn_start",
     "inbound_event_process",
-    "inbound_event_reprocess",
     "inbound_event_store",
+    "inbound_events_reprocess",
     "inbound_events_sweep",
     "inbound_message_route",
 ]

@@ -125,7 +125,12 @@ def inbound_events_sweep(*, now=None) -> list[int]:
     return event_pks
 
 
-def inbound_event_reprocess(*, event: InboundEvent) -> None:
-    """Admin action: put a finished or failed event back through processing."""
-    InboundEvent.objects.filter(pk=event.pk).update(status=InboundEvent.Status.PENDING, error="")
-    transaction.on_commit(lambda: inbound_event_enqueue(event_pk=event.pk))
+def inbound_events_reprocess(*, event_pks: list[int]) -> int:
+    """Admin action: put finished or failed events back through processing (one UPDATE, enqueued after commit).
+
+    A turn or a reply that already exists is not made twice: turns are unique per source message and deliveries
+    keep their uuid."""
+    count = InboundEvent.objects.filter(pk__in=event_pks).update(status=InboundEvent.Status.PENDING, error="")
+    for event_pk in event_pks:
+        transaction.on_commit(lambda event_pk=event_pk: inbound_event_enqueue(event_pk=event_pk))
+    return count
