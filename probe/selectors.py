@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 from django.db.models import Count, Max
 from django.utils import timezone
@@ -71,7 +72,9 @@ def _resolve(bot: Bot) -> GateConfig:
             )
         try:
             model = LLMModel.objects.select_related("provider").filter(pk=bot.discuss_probe_model_id).first()
-        except DatabaseError as exc:
+        except (DatabaseError, ImproperlyConfigured) as exc:
+            # ImproperlyConfigured: the provider's stored api key cannot be decrypted (amuxweb/fields.py, e.g.
+            # FIELD_ENCRYPTION_KEY changed). The judge is chosen and unreadable: fail closed, never cached.
             return GateConfig(
                 mode=mode, source=SOURCE_CONFIGURED, model=None, cause=Cause.CONFIG_UNREADABLE, error=str(exc)
             )
@@ -84,6 +87,13 @@ def _resolve(bot: Bot) -> GateConfig:
             # lookup fails for good (seed review P2a), but at WARN so it is seen.
             return GateConfig(
                 mode=mode, source=SOURCE_INHERITED, model=None, cause=Cause.FALLBACK_LOOKUP_FAILED, error=str(exc)
+            )
+        except ImproperlyConfigured as exc:
+            # The read worked and found a title model, but its provider's api key cannot be decrypted: a judge
+            # exists and is broken, so this fails closed like an unusable inherited model (the asymmetry kept in
+            # _check_model), unlike the ungated database failure above. Not cached (config_unreadable).
+            return GateConfig(
+                mode=mode, source=SOURCE_INHERITED, model=None, cause=Cause.CONFIG_UNREADABLE, error=str(exc)
             )
         # An owner who never saved a profile has no title model: the gate is simply not configured.
         title_model = profile.title_model if profile is not None else None

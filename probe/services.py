@@ -12,7 +12,9 @@ Exit table (reference §1.6; gate_ran False = no gate, the turn runs as without 
     fallback_lookup_failed              False     disabled            WARN    inherit, the profile read failed
     inherited_model_cannot_call_tools   False     disabled            WARN    inherit, title model without tool calls
     config_unreadable                   True      error               WARN    model, the model read failed; or an
-                                                                              unknown mode value (our choice)
+                                                                              unknown mode value (our choice); or
+                                                                              the judge's api key cannot be
+                                                                              decrypted (model or inherit)
     model_unresolvable                  True      error               WARN    the judge is gone or disabled, or its
                                                                               provider is; "model" with no model
                                                                               (SET_NULL after a delete: our choice).

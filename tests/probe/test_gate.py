@@ -1,6 +1,9 @@
 """P2-P8: resolution of the judge, the fail-closed vs ungated exits, and the gate through the real adapters."""
 
+import logging
+
 import pytest
+from cryptography.fernet import Fernet
 from django.db import DatabaseError
 
 from agents.llm.base import ChatMessage, ToolCall
@@ -139,6 +142,51 @@ def test_lookup_errors_are_not_cached_P3(make_judge, make_discuss_bot, mocker):
     assert gate_config_get(bot=bot).cause == Cause.CONFIG_UNREADABLE
     mocker.stopall()
     assert gate_config_get(bot=bot).model == judge
+
+
+@pytest.mark.parametrize("source", ["configured", "inherited"])
+def test_undecryptable_judge_api_key_fails_closed_logged_recorded_and_not_cached_P2_P3_P8(
+    make_judge, make_discuss_bot, settings, caplog, llm_stub, source
+):
+    """A provider key that cannot be decrypted (FIELD_ENCRYPTION_KEY changed) shuts the gate, never crashes it."""
+    # given: the judge's key was stored under the old key, and the deployment now runs with another one
+    judge = make_judge()
+    if source == "configured":
+        bot = make_discuss_bot(mode=Bot.ProbeMode.MODEL, judge=judge)
+    else:
+        bot = make_discuss_bot(mode=Bot.ProbeMode.INHERIT, title_model=judge)
+    old_keys = settings.FIELD_ENCRYPTION_KEY
+    settings.FIELD_ENCRYPTION_KEY = [Fernet.generate_key().decode()]
+    caplog.set_level(logging.INFO, logger="probe.services")
+    # when
+    result = probe_gate_run(bot=bot, transcript=TRANSCRIPT)
+    # then: failed closed, one row, one WARN record, no request sent
+    assert (result.gate_ran, result.activated, result.outcome, result.cause, result.proceeds) == (
+        True,
+        False,
+        "error",
+        Cause.CONFIG_UNREADABLE,
+        False,
+    )
+    row = ProbeJudgement.objects.get()
+    assert (row.pk, row.bot_id, row.gate_ran, row.outcome, row.cause, row.model_id, row.error) == (
+        result.judgement.pk,
+        bot.pk,
+        True,
+        "error",
+        Cause.CONFIG_UNREADABLE,
+        None,
+        "A stored secret cannot be decrypted: check FIELD_ENCRYPTION_KEY.",
+    )
+    records = [record for record in caplog.records if record.name == "probe.services"]
+    assert [(record.levelno, record.getMessage(), record.cause, record.judgement_id) for record in records] == [
+        (logging.WARNING, "discuss probe", Cause.CONFIG_UNREADABLE, row.pk)
+    ]
+    assert "sk-judge-secret-0001" not in records[0].error
+    assert llm_stub.requests_for("openai_chat") == []
+    # and: the failure was not cached - with the key restored, the next wake resolves the judge
+    settings.FIELD_ENCRYPTION_KEY = old_keys
+    assert (gate_config_get(bot=bot).cause, gate_config_get(bot=bot).model) == ("", judge)
 
 
 @pytest.mark.parametrize("source", ["configured", "inherited"])
