@@ -12,7 +12,8 @@ from amuxweb.feishu.services.routing import HELP_TEXT, NEW_SESSION_TEXT, RETIRED
 from amuxweb.feishu.services.turns import QUOTED_READ_FAILED_TEXT
 from amuxweb.feishu.signing import message_event_payload
 from tests.feishu.conftest import bot_open_id, fixture_payload
-from threadcontext.models import SessionBinding, ThreadEvent, Workspace
+from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadEvent, Workspace
+from threadcontext.services.collection import REDACTED
 
 pytestmark = pytest.mark.django_db
 
@@ -235,6 +236,25 @@ def test_c7_explicit_reply_injects_the_quoted_text_read_online(feishu, make_feis
     assert turn.user_message.prompt.startswith("[Amux Feishu Quoted Reply]")
     assert "The deploy failed at step 3" in turn.user_message.prompt
     assert [r.path for r in feishu.stub.requests_to("get")] == ["/open-apis/im/v1/messages/om_quoted"]
+
+
+def test_c3_a_pasted_secret_never_reaches_the_prompt_the_stored_message_or_the_decision(feishu, make_feishu_bot):
+    # given: a quoted message and an @ request that both contain the bot's app secret
+    bot = make_feishu_bot()
+    Workspace.objects.create(bot_profile=bot.slug, chat_id="oc_group")
+    secret = bot.feishu_app_secret
+    feishu.stub.add_message(message_id="om_leak", text=f"the secret is {secret}", chat_id="oc_group")
+    # when
+    feishu.say(
+        bot, text=f"is {secret} right?", mention=[bot], parent_id="om_leak", root_id="om_leak", message_id="om_ask"
+    )
+    # then: redacted everywhere the request and the quote went
+    turn = Turn.objects.get()
+    decision = ThreadContextDecision.objects.get()
+    for stored in (turn.user_message.content, turn.user_message.prompt, decision.request_text, decision.prompt_preview):
+        assert secret not in stored
+        assert REDACTED in stored
+    assert secret not in json.dumps(turn.model_input)
 
 
 def test_c7_failed_quoted_read_answers_briefly_and_submits_nothing(feishu, make_feishu_bot):

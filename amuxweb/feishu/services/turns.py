@@ -194,6 +194,7 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
     from threadcontext.services import (
         context_decision_record,
         normalise_mentions,
+        secrets_redact,
         session_binding_mark_topic_root_delivered,
         thread_event_record_agent_output,
     )
@@ -205,7 +206,9 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
         _turn_skip(turn=turn, reason="The Feishu message of this turn is not stored.")
         return "no_source"
     message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
-    request_text = normalise_mentions(parsed.text, message.mentions)
+    # No secret reaches the prompt, the stored message or the decision, even when someone pastes one (C3).
+    secrets = bot_secrets(bot)
+    request_text = secrets_redact(normalise_mentions(parsed.text, message.mentions), secrets)
     workspace = None if parsed.is_direct else workspace_get(bot_profile=bot.slug, chat_id=parsed.chat_id)
     effective = workspace_settings_resolve(workspace=workspace)
     binding = session_binding_for_thread(thread=turn.thread)
@@ -225,7 +228,8 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
         quoted_text = None
         if parsed.is_explicit_reply:
             try:
-                quoted_text = quoted_text_read(bot=bot, parsed=parsed) if bot.has_feishu_credentials else None
+                if bot.has_feishu_credentials:
+                    quoted_text = secrets_redact(quoted_text_read(bot=bot, parsed=parsed), secrets)
             except feishu_client.FeishuApiError as error:
                 # C7: no prompt, nothing submitted; the user hears why.
                 feishu_notice_send(
@@ -314,7 +318,7 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
         text=reply.content,
         thread_id=parsed.thread_id,
         chat_type=parsed.chat_type,
-        secrets=bot_secrets(bot),
+        secrets=secrets,
     )
     if root_due and binding is not None:
         # C8: only now, after the reply carrying the root was delivered.
