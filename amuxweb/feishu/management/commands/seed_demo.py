@@ -1,9 +1,14 @@
-"""`python manage.py seed_demo`: the embedded default's demo data. Idempotent: a second run changes nothing."""
+"""`python manage.py seed_demo`: the embedded default's demo data. Idempotent: a second run changes nothing.
+
+It lives in the bridge because it composes two apps that never import each other: the agents demo (provider,
+models, bots, threads) and each demo bot's Feishu workspace in threadcontext (ARCHITECTURE §3).
+"""
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from agents.services.demo import demo_seed
+from threadcontext.models import Workspace
 
 DEMO_CHAT_ID = "oc_demo"
 
@@ -12,9 +17,6 @@ class Command(BaseCommand):
     help = "Create the demo provider (local_rules), models, bots, Feishu workspace and threads; idempotent."
 
     def handle(self, *args, **options) -> None:
-        # threadcontext is an interface of this command, not of agents (agents never imports it).
-        from threadcontext.models import Workspace
-
         with transaction.atomic():
             demo = demo_seed()
             for bot in demo.bots:
