@@ -220,6 +220,9 @@ class Turn(models.Model):
     retry_history = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     queued_at = models.DateTimeField(auto_now_add=True)
+    # When turn_run_task was last handed to the broker (REST enqueue or the sweeper); null when never, or when
+    # the broker refused it. turns_sweep re-enqueues only once a healthy broker could no longer be holding it.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

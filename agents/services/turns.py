@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.llm.base import (
@@ -430,35 +432,66 @@ def rest_message_post(*, thread: Thread, content: str, author: str = "") -> tupl
 
 
 def turn_enqueue(*, turn_id: int) -> bool:
-    """Queue `turn_run_task`; False (logged) when the broker cannot take it — `turns_sweep` retries later."""
+    """Queue `turn_run_task`, stamping `enqueued_at`; False (logged, stamp cleared) when the broker cannot take it.
+
+    `turns_sweep` retries a refused enqueue a minute later and a taken one only after the broker's redelivery
+    interval (see there).
+    """
     from kombu.exceptions import OperationalError
 
     from agents.tasks import turn_run_task
 
+    stamp = timezone.now()
+    # Stamped before the send, so no worker can claim the turn before the stamp exists.
+    Turn.objects.filter(pk=turn_id).update(enqueued_at=stamp)
     try:
         turn_run_task.delay(turn_id)
     except OperationalError as exc:
+        Turn.objects.filter(pk=turn_id, enqueued_at=stamp).update(enqueued_at=None)
         logger.warning("turn enqueue failed; the sweeper will retry", extra={"turn_id": turn_id, "error": str(exc)})
         return False
     return True
 
 
-# REST turns still queued, never attempted, this long after they were created lost their enqueue (broker down).
+# REST turns still queued, never attempted, this long after they were created, whose enqueue the broker refused
+# (enqueued_at null), lost their enqueue (broker down).
 TURN_SWEEP_AFTER_SECONDS = 60
 TURN_SWEEP_BATCH = 500
 
 
-def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
-    """Re-enqueue REST turns whose task never ran (the turn is idempotent: a duplicate enqueue is harmless).
+def broker_redelivery_seconds() -> float:
+    """How long a healthy broker may still hold a turn's task: the Redis transport's visibility timeout.
 
-    Feishu turns have the bridge's own sweeper; automation runs are created inside their task; turns waiting
-    for a Celery retry have attempts > 0 and are left to it.
+    Why this interval and not a fixed minute: with acks_late, a task a worker took but has not acknowledged is
+    handed out again only after visibility_timeout, and a busy broker's queue legitimately holds a task for a
+    while. Re-enqueueing a turn whose enqueue is younger than this would put a second copy next to one the
+    broker still holds; both could run at once and each would call (and pay) the model, only one reply being
+    kept. Past it, a copy the broker still held would have been redelivered by now, so the turn's task is most
+    likely lost (a broker restart without persistence, a purge). A duplicate remains possible (a backlog
+    longer than the interval) and stays harmless to the ledger: turn_run is idempotent and keeps one reply.
+    The stamp is renewed on every re-enqueue, so one turn is re-enqueued at most once per interval.
     """
-    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
+    return float(options.get("visibility_timeout", 3600))  # kombu's Redis default: one hour
+
+
+def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
+    """Re-enqueue REST turns whose task was lost (queued, never attempted); the number re-enqueued.
+
+    Lost: the broker refused the enqueue (enqueued_at null) more than `older_than_seconds` after the turn was
+    created, or took it longer ago than it could still be holding it (`broker_redelivery_seconds`). Every
+    re-enqueue re-stamps enqueued_at, so a pass never re-enqueues a turn the previous one just did.
+    Feishu turns have the bridge's own sweeper; automation runs are created inside their task; queued turns
+    waiting for a Celery retry have attempts > 0 and are left to it.
+    """
+    now = timezone.now()
+    redelivered_before = now - timedelta(seconds=broker_redelivery_seconds())
+    refused = Q(enqueued_at__isnull=True, queued_at__lt=now - timedelta(seconds=older_than_seconds))
+    queued = Q(status=Turn.Status.QUEUED, attempts=0) & (refused | Q(enqueued_at__lt=redelivered_before))
     stale = list(
-        Turn.objects.filter(
-            trigger=Turn.Trigger.REST, status=Turn.Status.QUEUED, attempts=0, queued_at__lt=cutoff
-        ).values_list("pk", flat=True)[:TURN_SWEEP_BATCH]
+        Turn.objects.filter(queued, trigger=Turn.Trigger.REST, reply_message__isnull=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:TURN_SWEEP_BATCH]
     )
     enqueued = sum(turn_enqueue(turn_id=turn_id) for turn_id in stale)
     if stale:
