@@ -34,6 +34,7 @@ class InboundEvent(models.Model):
         ]
         indexes = [
             models.Index(fields=["received_at"], condition=Q(status="pending"), name="inboundevent_pending"),
+            models.Index(fields=["received_at"], name="inboundevent_received"),  # the daily retention prune
         ]
 
     def __str__(self) -> str:

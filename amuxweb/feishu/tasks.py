@@ -35,3 +35,10 @@ def feishu_turn_process(self, turn_pk: int, activation_contract: str = "") -> st
             if not self.request.is_eager:
                 raise self.retry(countdown=error.countdown, exc=error) from error
     return "gave_up"
+
+
+@shared_task
+def bridge_records_prune() -> dict[str, int]:
+    from amuxweb.feishu.services.retention import bridge_records_prune as prune
+
+    return prune()

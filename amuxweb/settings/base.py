@@ -189,6 +189,11 @@ FEISHU_MAX_BODY_BYTES = env.int("FEISHU_MAX_BODY_BYTES", default=256 * 1024)
 # The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
 CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}
+# F2 needs inbound events past Feishu's 7.1 h retry window; they are kept 30 days, then pruned daily.
+CELERY_BEAT_SCHEDULE["feishu-bridge-prune"] = {
+    "task": "amuxweb.feishu.tasks.bridge_records_prune",
+    "schedule": 24 * 3600.0,
+}
 
 # --- Logging: key=value lines for people in DEBUG, JSON lines otherwise -----------------------------------
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")
