@@ -224,7 +224,11 @@ class Turn(models.Model):
     # the broker refused it. turns_sweep re-enqueues only once a healthy broker could no longer be holding it.
     enqueued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # When a run last claimed the turn (turn_run's step 1); started_at keeps the first claim.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # How many times turns_sweep re-enqueued the turn after it was left running; capped, then the turn fails.
+    sweeps = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         constraints = [

@@ -13,8 +13,10 @@ model thinks:
    one) still leave exactly one reply.
 
 A worker killed between 1 and 3 leaves a `running` turn with no reply; the redelivered task (acks_late)
-runs it again from step 1 and it completes once. Transient provider errors raise `TurnRetryLater` with the
-backoff to wait (the Celery task retries); permanent ones mark the turn failed with a readable error.
+runs it again from step 1 and it completes once. A run left `running` that nothing redelivers (its task
+acked after a database outage or a hard time limit) is re-enqueued by `turns_sweep`, a bounded number of
+times. Transient provider errors raise `TurnRetryLater` with the backoff to wait (the Celery task retries);
+permanent ones mark the turn failed with a readable error.
 Delivery is the caller's: REST and automation replies are delivered by being stored; the Feishu bridge
 sends the returned message itself (idempotent by its uuid).
 """
@@ -27,7 +29,7 @@ from datetime import timedelta
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.llm.base import (
@@ -204,7 +206,9 @@ def _claim(*, turn_id: int, user_content: str, user_prompt: str, author: str) ->
             return turn.reply_message
         if turn.status in FINISHED_STATUSES:
             return None
-        fields = ["status", "attempts", "started_at"]
+        # A `running` turn is claimed again on purpose: turns_sweep re-enqueues runs left running past the task's
+        # hard time limit, and the finish step's conditional update still keeps exactly one reply.
+        fields = ["status", "attempts", "started_at", "claimed_at"]
         if turn.user_message is None and (user_content or user_prompt):
             turn.user_message = message_create(
                 thread=turn.thread,
@@ -216,7 +220,8 @@ def _claim(*, turn_id: int, user_content: str, user_prompt: str, author: str) ->
             fields.append("user_message")
         turn.status = Turn.Status.RUNNING
         turn.attempts += 1
-        turn.started_at = turn.started_at or timezone.now()
+        turn.claimed_at = timezone.now()
+        turn.started_at = turn.started_at or turn.claimed_at
         turn.save(update_fields=fields)
         return turn
 
@@ -457,6 +462,10 @@ def turn_enqueue(*, turn_id: int) -> bool:
 # (enqueued_at null), lost their enqueue (broker down).
 TURN_SWEEP_AFTER_SECONDS = 60
 TURN_SWEEP_BATCH = 500
+# A run claimed longer ago than the task's hard time limit plus this margin is dead (see turns_sweep).
+TURN_RUNNING_MARGIN_SECONDS = 60
+# A turn left running is re-enqueued at most this many times; the next sweep fails it.
+TURN_MAX_SWEEPS = 3
 
 
 def broker_redelivery_seconds() -> float:
@@ -475,12 +484,28 @@ def broker_redelivery_seconds() -> float:
     return float(options.get("visibility_timeout", 3600))  # kombu's Redis default: one hour
 
 
-def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
-    """Re-enqueue REST turns whose task was lost (queued, never attempted); the number re-enqueued.
+def running_stale_seconds() -> float:
+    """How long after its last claim a `running` turn is certainly not being run any more.
 
-    Lost: the broker refused the enqueue (enqueued_at null) more than `older_than_seconds` after the turn was
-    created, or took it longer ago than it could still be holding it (`broker_redelivery_seconds`). Every
-    re-enqueue re-stamps enqueued_at, so a pass never re-enqueues a turn the previous one just did.
+    The hard time limit kills the task (CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT acks it: never redelivered), so
+    past the limit plus a margin no run of that claim is alive. Without a limit, the redelivery interval.
+    """
+    limit = getattr(settings, "CELERY_TASK_TIME_LIMIT", None) or broker_redelivery_seconds()
+    return float(limit) + TURN_RUNNING_MARGIN_SECONDS
+
+
+def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
+    """Re-enqueue REST turns whose task was lost or left them running; the number re-enqueued.
+
+    - queued, never attempted: the broker refused the enqueue (enqueued_at null) more than `older_than_seconds`
+      after the turn was created, or took it longer ago than it could still be holding it
+      (`broker_redelivery_seconds`);
+    - running: claimed longer ago than `running_stale_seconds` (a database outage or a bug after the task was
+      acknowledged; a worker lost where acks_late did not redeliver), and not re-enqueued since that claim
+      within the redelivery interval. turn_run claims such a turn again and still stores one reply. After
+      TURN_MAX_SWEEPS such re-enqueues the turn is failed with a readable error.
+
+    Every re-enqueue re-stamps enqueued_at, so a pass never re-enqueues a turn the previous one just did.
     Feishu turns have the bridge's own sweeper; automation runs are created inside their task; queued turns
     waiting for a Celery retry have attempts > 0 and are left to it.
     """
@@ -488,12 +513,38 @@ def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
     redelivered_before = now - timedelta(seconds=broker_redelivery_seconds())
     refused = Q(enqueued_at__isnull=True, queued_at__lt=now - timedelta(seconds=older_than_seconds))
     queued = Q(status=Turn.Status.QUEUED, attempts=0) & (refused | Q(enqueued_at__lt=redelivered_before))
-    stale = list(
-        Turn.objects.filter(queued, trigger=Turn.Trigger.REST, reply_message__isnull=True)
-        .order_by("pk")
-        .values_list("pk", flat=True)[:TURN_SWEEP_BATCH]
+    running = Q(status=Turn.Status.RUNNING, claimed_at__lt=now - timedelta(seconds=running_stale_seconds())) & (
+        Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=F("claimed_at")) | Q(enqueued_at__lt=redelivered_before)
     )
-    enqueued = sum(turn_enqueue(turn_id=turn_id) for turn_id in stale)
+    stale = list(
+        Turn.objects.filter(queued | running, trigger=Turn.Trigger.REST, reply_message__isnull=True)
+        .order_by("pk")
+        .values_list("pk", "status", "sweeps")[:TURN_SWEEP_BATCH]
+    )
+    enqueued = failed = 0
+    for turn_id, status, sweeps in stale:
+        if status == Turn.Status.RUNNING and sweeps >= TURN_MAX_SWEEPS:
+            failed += _fail_abandoned(turn_id=turn_id, sweeps=sweeps, now=now)
+            continue
+        if not turn_enqueue(turn_id=turn_id):
+            continue
+        enqueued += 1
+        if status == Turn.Status.RUNNING:
+            Turn.objects.filter(pk=turn_id).update(sweeps=F("sweeps") + 1)
+            logger.warning("running turn re-enqueued", extra={"turn_id": turn_id, "sweeps": sweeps + 1})
     if stale:
-        logger.info("turns swept", extra={"found": len(stale), "enqueued": enqueued})
+        logger.info("turns swept", extra={"found": len(stale), "enqueued": enqueued, "failed": failed})
     return enqueued
+
+
+def _fail_abandoned(*, turn_id: int, sweeps: int, now) -> int:
+    error = (
+        f"The turn was left running and did not finish after {sweeps} re-runs by the sweeper "
+        "(each past the task's time limit); giving up."
+    )
+    failed = Turn.objects.filter(pk=turn_id, status=Turn.Status.RUNNING, reply_message__isnull=True).update(
+        status=Turn.Status.FAILED, error=error, finished_at=now
+    )
+    if failed:
+        logger.warning("turn failed", extra={"turn_id": turn_id, "sweeps": sweeps, "error": error})
+    return failed
