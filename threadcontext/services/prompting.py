@@ -2,9 +2,9 @@
 
 The contract: call `context_prompt_prepare` after `thread_event_record_inbound` said `triggers_selector`, submit
 `prepared.prompt` when `prepared.is_submittable`, and after a successful submit call
-`session_binding_mark_topic_root_delivered` when `prepared.topic_root_injected`. (The Feishu bridge's turn,
-`amuxweb.feishu.services.turns.feishu_turn_execute`, still composes the same steps from the selector, renderer and
-decision service itself; this function is the one the seed's acceptance test drives.)
+`session_binding_mark_topic_root_delivered` when `prepared.topic_root_injected`. The Feishu bridge's group turn
+(`amuxweb.feishu.services.turns.feishu_turn_execute`) calls it, after fetching a root that is due but not stored
+locally; the seed's acceptance test drives the same function.
 """
 
 from __future__ import annotations

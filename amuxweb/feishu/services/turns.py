@@ -190,9 +190,9 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
     from amuxweb.feishu.services.routing import bot_secrets, inbound_message_build
     from amuxweb.feishu.services.sessions import session_binding_for_thread
     from threadcontext.prompts import prompt_render, request_is_submittable, topic_root_is_due
-    from threadcontext.selectors import context_package_build, workspace_get, workspace_settings_resolve
+    from threadcontext.selectors import workspace_get, workspace_settings_resolve
     from threadcontext.services import (
-        context_decision_record,
+        context_prompt_prepare,
         normalise_mentions,
         secrets_redact,
         session_binding_mark_topic_root_delivered,
@@ -252,9 +252,17 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
         ):
             _turn_skip(turn=turn, reason="Empty request.")
             return "empty_request"
-        package = None
-        if not parsed.is_direct:  # DMs never get workspace thread context (C3)
-            package = context_package_build(
+        if parsed.is_direct:  # DMs never get workspace thread context (C3): no selection, no decision
+            prompt = prompt_render(
+                request_text=request_text,
+                package=None,
+                topic_root_text=None,
+                root_is_request=False,
+                quoted_text=quoted_text,
+            )
+        else:
+            # The one place a group turn's context is selected, rendered and recorded (C5, C7-C11).
+            prepared = context_prompt_prepare(
                 workspace=workspace,
                 bridge_id=bot.bridge_id,
                 bot_profile=bot.slug,
@@ -262,17 +270,13 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
                 root_msg_id=parsed.root_msg_id,
                 message_id=parsed.message_id,
                 request_text=request_text,
+                topic_root_prompt_delivered=not root_due,
+                topic_root_text=topic_root_text,
+                quoted_text=quoted_text,
+                quoted_message_id=parsed.parent_id,
             )
-        prompt = prompt_render(
-            request_text=request_text,
-            package=package,
-            topic_root_text=topic_root_text,
-            root_is_request=parsed.is_topic_root,
-            quoted_text=quoted_text,
-        )
-        if package is not None:
-            decision = context_decision_record(package=package, prompt_preview=prompt)
-            Turn.objects.filter(pk=turn.pk).update(context_decision_id=decision.pk)
+            prompt = prepared.prompt
+            Turn.objects.filter(pk=turn.pk).update(context_decision_id=prepared.decision.pk)
         try:
             reply = turn_run(
                 turn=turn,
