@@ -160,6 +160,34 @@ def test_f2_feishu_turn_never_enqueued_is_swept(make_feishu_bot, mocker):
     assert Turn.objects.get(pk=waiting.pk).status == "queued"
 
 
+def test_f2_t2_a_feishu_turn_the_broker_took_is_swept_only_after_the_redelivery_interval(make_feishu_bot, mocker):
+    """A busy broker may hold a turn's task for a while: a second copy then would pay the model twice."""
+    from agents.services.turns import broker_redelivery_seconds
+    from amuxweb.feishu.services.turns import feishu_turn_enqueue, feishu_turns_sweep
+    from amuxweb.feishu.tasks import feishu_turn_process
+    from tests.agents.factories import ThreadFactory
+
+    # given: a queued Feishu turn whose enqueue the broker took (stamped)
+    bot = make_feishu_bot()
+    turn = Turn.objects.create(
+        bot=bot, thread=ThreadFactory(bot=bot, channel="feishu"), trigger="mention", source_message_id="om_held"
+    )
+    enqueue = mocker.patch.object(feishu_turn_process, "apply_async")
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        feishu_turn_enqueue(turn=turn)
+    stamped = Turn.objects.get(pk=turn.pk).enqueued_at
+    assert stamped is not None and enqueue.call_count == 1
+    # when: swept five minutes later, then past the broker's redelivery interval
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        early = feishu_turns_sweep(now=stamped + timedelta(minutes=5))
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        late = feishu_turns_sweep(now=stamped + timedelta(seconds=broker_redelivery_seconds() + 1))
+    # then: left alone while the broker could still hold it, re-enqueued (and re-stamped) after
+    assert (early, late) == ([], [turn.pk])
+    assert enqueue.call_count == 2
+    assert Turn.objects.get(pk=turn.pk).enqueued_at > stamped
+
+
 def test_f1_database_outage_answers_503_so_feishu_retries(feishu, make_feishu_bot, mocker):
     from django.db import OperationalError as DatabaseOperationalError
 

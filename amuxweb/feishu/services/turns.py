@@ -8,6 +8,7 @@ import logging
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Bot, Turn
@@ -37,9 +38,15 @@ def feishu_turn_enqueue(*, turn: Turn, activation_contract: str = "") -> None:
     from amuxweb.feishu.services.intake import task_enqueue
     from amuxweb.feishu.tasks import feishu_turn_process
 
-    transaction.on_commit(
-        lambda: task_enqueue(task=feishu_turn_process, args=[turn.pk, activation_contract], what="feishu_turn")
-    )
+    def enqueue() -> None:
+        # Stamped before the send and cleared when the broker refuses it, as agents' turn_enqueue does, so the
+        # sweeper can tell a lost enqueue from a task a busy broker still holds.
+        stamp = timezone.now()
+        Turn.objects.filter(pk=turn.pk).update(enqueued_at=stamp)
+        if not task_enqueue(task=feishu_turn_process, args=[turn.pk, activation_contract], what="feishu_turn"):
+            Turn.objects.filter(pk=turn.pk, enqueued_at=stamp).update(enqueued_at=None)
+
+    transaction.on_commit(enqueue)
 
 
 def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: str = "") -> Turn | None:
@@ -77,14 +84,21 @@ def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: s
 
 
 def feishu_turns_sweep(*, now=None) -> list[int]:
-    """Re-enqueue Feishu turns still queued long after they were created (their enqueue was lost)."""
+    """Re-enqueue Feishu turns whose enqueue was lost: refused by the broker a minute ago or more, or taken longer
+    ago than a healthy broker could still be holding it (the same rule as agents' turns_sweep, whose
+    `broker_redelivery_seconds` explains why: a second copy beside one the broker holds would pay the model twice).
+    """
+    from agents.services.turns import broker_redelivery_seconds
+
     now = now or timezone.now()
+    refused = Q(enqueued_at__isnull=True, queued_at__lt=now - timedelta(seconds=TURN_SWEEP_AFTER_SECONDS))
+    taken_long_ago = Q(enqueued_at__lt=now - timedelta(seconds=broker_redelivery_seconds()))
     rows = list(
         Turn.objects.filter(
+            refused | taken_long_ago,
             status=Turn.Status.QUEUED,
-            attempts=0,  # never started: its enqueue was lost (a turn waiting for a retry has attempts > 0)
+            attempts=0,  # never started (a turn waiting for a retry has attempts > 0)
             thread__channel="feishu",
-            queued_at__lt=now - timedelta(seconds=TURN_SWEEP_AFTER_SECONDS),
         ).values_list("pk", "trigger")[:200]
     )
     contracts = discuss_contracts_get(turn_pks=[pk for pk, trigger in rows if trigger == Turn.Trigger.DISCUSS])
