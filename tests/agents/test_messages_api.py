@@ -1,23 +1,15 @@
 """REST chat: POST /api/v1/threads/{id}/messages/ and GET /api/v1/turns/{id}/ (ARCHITECTURE §7, V2, V4, T2)."""
 
 import pytest
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from agents.llm.local_rules import ECHO_LABEL
 from agents.models import Message, Provider, Thread, Turn
 from agents.services.turns import REST_MESSAGE_MAX_CHARS
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
+from tests.clients import token_client
 from tests.stubs.llm_servers import AUTH_BODIES, StubResponse
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(user) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
-    return client
 
 
 @pytest.fixture
@@ -42,7 +34,7 @@ def test_post_message_answers_202_with_the_message_and_turn_and_the_reply_shows_
 ):
     # given
     thread = ThreadFactory(bot=people["bot"])
-    client = client_for(people["owner"])
+    client = token_client(people["owner"])
     # when: the turn is enqueued on commit (eager here: it runs when the callbacks run)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = client.post(messages_url(thread), {"content": "  hello there  "}, format="json")
@@ -78,7 +70,7 @@ def test_post_message_answers_202_with_the_message_and_turn_and_the_reply_shows_
 def test_get_turn_reports_status_reply_and_error(people, django_capture_on_commit_callbacks):
     # given
     thread = ThreadFactory(bot=people["bot"])
-    client = client_for(people["owner"])
+    client = token_client(people["owner"])
     with django_capture_on_commit_callbacks(execute=True):
         turn_id = client.post(messages_url(thread), {"content": "hi"}, format="json").json()["turn_id"]
     # when
@@ -107,7 +99,7 @@ def test_get_turn_shows_a_failed_turns_error(people, llm_stub, django_capture_on
     bot = BotFactory(owner=people["owner"], primary_model=LLMModelFactory(provider=provider, name="gpt-4o"))
     llm_stub.enqueue("openai_chat", StubResponse(status=401, body=AUTH_BODIES["openai_chat"]))
     thread = ThreadFactory(bot=bot)
-    client = client_for(people["owner"])
+    client = token_client(people["owner"])
     with django_capture_on_commit_callbacks(execute=True):
         turn_id = client.post(messages_url(thread), {"content": "hi"}, format="json").json()["turn_id"]
     # when
@@ -125,7 +117,7 @@ def test_post_message_permission_matrix_writes_nothing_when_refused(people, role
     # given
     thread = ThreadFactory(bot=people["bot"])
     # when
-    response = client_for(people[role]).post(messages_url(thread), {"content": "hi"}, format="json")
+    response = token_client(people[role]).post(messages_url(thread), {"content": "hi"}, format="json")
     # then
     assert response.status_code == expected_status
     expected_rows = 1 if expected_status == 202 else 0
@@ -141,10 +133,10 @@ def test_get_turn_permission_matrix(people, role, expected_status, django_captur
     thread = ThreadFactory(bot=people["bot"])
     with django_capture_on_commit_callbacks(execute=True):
         turn_id = (
-            client_for(people["owner"]).post(messages_url(thread), {"content": "hi"}, format="json").json()["turn_id"]
+            token_client(people["owner"]).post(messages_url(thread), {"content": "hi"}, format="json").json()["turn_id"]
         )
     # when
-    response = client_for(people[role]).get(f"/api/v1/turns/{turn_id}/")
+    response = token_client(people[role]).get(f"/api/v1/turns/{turn_id}/")
     # then
     assert response.status_code == expected_status
     if role == "other":
@@ -168,7 +160,7 @@ def test_bad_message_is_400_and_writes_nothing(people, body, django_capture_on_c
     thread = ThreadFactory(bot=people["bot"])
     # when
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        response = client_for(people["owner"]).post(messages_url(thread), body, format="json")
+        response = token_client(people["owner"]).post(messages_url(thread), body, format="json")
     # then
     assert response.status_code == 400
     assert response.json()["message"] == "Validation error"
@@ -181,7 +173,7 @@ def test_v4_a_client_supplied_mask_is_ignored(people, django_capture_on_commit_c
     thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION)
     # when
     with django_capture_on_commit_callbacks(execute=True):
-        response = client_for(people["owner"]).post(
+        response = token_client(people["owner"]).post(
             messages_url(thread), {"content": "run report", "visibility_mask": 3}, format="json"
         )
     # then
@@ -192,7 +184,7 @@ def test_v4_a_client_supplied_mask_is_ignored(people, django_capture_on_commit_c
 def test_v2_automation_thread_messages_get_automation_masks(people, django_capture_on_commit_callbacks):
     # given
     thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION)
-    client = client_for(people["owner"])
+    client = token_client(people["owner"])
     # when
     with django_capture_on_commit_callbacks(execute=True):
         client.post(messages_url(thread), {"content": "daily report"}, format="json")
@@ -209,7 +201,7 @@ def test_v2_chat_rest_messages_get_chat_masks_and_feed_the_next_turns_context(
 ):
     # given
     thread = ThreadFactory(bot=people["bot"])
-    client = client_for(people["owner"])
+    client = token_client(people["owner"])
     # when: two messages in a row
     with django_capture_on_commit_callbacks(execute=True):
         client.post(messages_url(thread), {"content": "one"}, format="json")
@@ -241,7 +233,7 @@ def test_t2_a_lost_enqueue_still_answers_202_and_the_sweeper_runs_the_turn(
     real_delay = turn_run_task.delay
     delay = mocker.patch.object(turn_run_task, "delay", side_effect=OperationalError("Error 111 connecting"))
     with django_capture_on_commit_callbacks(execute=True):
-        response = client_for(people["owner"]).post(messages_url(thread), {"content": "hi"}, format="json")
+        response = token_client(people["owner"]).post(messages_url(thread), {"content": "hi"}, format="json")
     assert response.status_code == 202
     turn = Turn.objects.get()
     assert (turn.status, turn.attempts, delay.call_count) == (Turn.Status.QUEUED, 0, 1)

@@ -4,24 +4,17 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.models import Message, Thread
 from agents.selectors import context_messages_list, message_history_page, user_owns_bot_profile
 from agents.services.threads import InvalidMessageKindError, InvalidRuntimeModeError, message_create, thread_create
 from tests.agents.factories import BotFactory, MessageFactory, ThreadFactory, UserFactory
+from tests.clients import token_client
 
 pytestmark = pytest.mark.django_db
 
 THREADS_URL = "/api/v1/threads/"
-
-
-def _client_for(user) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
-    return client
 
 
 @pytest.fixture
@@ -49,7 +42,7 @@ def test_thread_endpoints_permission_matrix(people, endpoint, role, expected_sta
     # given a chat thread of the owner's bot with one message
     thread = ThreadFactory(bot=people["bot"])
     message_create(thread=thread, kind="user_message", content="hello")
-    client = _client_for(people[role])
+    client = token_client(people[role])
 
     # when
     response = client.get(THREADS_URL + endpoint.format(id=thread.pk))
@@ -65,7 +58,7 @@ def test_thread_endpoints_permission_matrix(people, endpoint, role, expected_sta
 
 def test_thread_endpoints_404_for_a_thread_that_does_not_exist(people):
     # given no thread 999999
-    client = _client_for(people["staff"])
+    client = token_client(people["staff"])
 
     # when / then
     for endpoint in THREAD_ENDPOINTS:
@@ -82,7 +75,7 @@ def test_thread_list_permission_matrix(people, role, expected_titles):
     ThreadFactory(bot=BotFactory(owner=people["other"]), title="theirs")
 
     # when
-    response = _client_for(people[role]).get(THREADS_URL)
+    response = token_client(people[role]).get(THREADS_URL)
 
     # then: newest first, only the threads of bots the user owns (staff: all)
     assert response.status_code == 200
@@ -92,7 +85,7 @@ def test_thread_list_permission_matrix(people, role, expected_titles):
 
 def test_thread_list_runs_no_query_per_thread(people):
     # given one thread, then eight more on several bots
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
     ThreadFactory(bot=people["bot"])
     with CaptureQueriesContext(connection) as one_thread:
         assert client.get(THREADS_URL).status_code == 200
@@ -110,7 +103,7 @@ def test_thread_list_runs_no_query_per_thread(people):
 
 
 def test_thread_list_anonymous_is_401(people):
-    response = _client_for(None).get(THREADS_URL)
+    response = token_client(None).get(THREADS_URL)
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Token"
 
@@ -120,7 +113,7 @@ def test_thread_list_anonymous_is_401(people):
 )
 def test_thread_create_permission_matrix(people, role, expected_status):
     # given the owner's bot "planner"
-    client = _client_for(people[role])
+    client = token_client(people[role])
 
     # when
     response = client.post(THREADS_URL, {"bot": "planner", "runtime_mode": "chat", "title": "t"}, format="json")
@@ -167,7 +160,7 @@ def test_context_decisions_api_lets_a_bots_owner_read_by_default(people, role, e
     # given the default settings: AMUX_CONTEXT_DECISION_ACCESS_CHECK is the ownership rule (ARCHITECTURE §7)
 
     # when
-    response = _client_for(people[role]).get("/api/v1/context/decisions/?profile=planner")
+    response = token_client(people[role]).get("/api/v1/context/decisions/?profile=planner")
 
     # then: the owner reads their bot's decisions (none yet), another user is refused
     assert response.status_code == expected_status
@@ -187,7 +180,7 @@ def test_user_owns_bot_profile_is_false_for_anonymous(people):
 @pytest.mark.parametrize("runtime_mode", ["chat", "automation"])
 def test_thread_create_returns_the_thread_with_channel_rest(people, runtime_mode):
     # given
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
 
     # when
     response = client.post(
@@ -213,7 +206,7 @@ def test_thread_create_returns_the_thread_with_channel_rest(people, runtime_mode
 def test_v4_runtime_mode_cannot_be_changed_through_the_api(people):
     # given a chat thread
     thread = ThreadFactory(bot=people["bot"], runtime_mode="chat")
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
 
     # when a client tries to change it
     put = client.put(f"{THREADS_URL}{thread.pk}/", {"runtime_mode": "automation"}, format="json")
@@ -243,7 +236,7 @@ def test_v4_runtime_mode_cannot_be_changed_through_the_api(people):
 def test_thread_create_bad_input_is_400_and_writes_nothing(people, body, expected_message, expected_field):
     # given a bot "coder" owned by someone else
     BotFactory(slug="coder", owner=people["other"])
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
 
     # when
     response = client.post(THREADS_URL, body, format="json")
@@ -259,7 +252,7 @@ def test_thread_create_bad_input_is_400_and_writes_nothing(people, body, expecte
 @pytest.mark.parametrize("path", ["/api/v1/threads/abc/", "/api/v1/threads/1/nothing/", "/api/v2/threads/"])
 def test_an_unknown_api_url_is_a_404_json_body(people, path):
     # when a client asks for a URL no API view matches
-    response = _client_for(people["owner"]).get(path)
+    response = token_client(people["owner"]).get(path)
 
     # then it gets the API's JSON error body, not an HTML page
     assert response.status_code == 404
@@ -268,14 +261,14 @@ def test_an_unknown_api_url_is_a_404_json_body(people, path):
 
 
 def test_an_unknown_url_outside_the_api_is_still_djangos_page(people):
-    response = _client_for(people["owner"]).get("/nothing-here/")
+    response = token_client(people["owner"]).get("/nothing-here/")
 
     assert response.status_code == 404
     assert response["Content-Type"].startswith("text/html")
 
 
 def test_thread_create_malformed_json_is_400_and_writes_nothing(people):
-    response = _client_for(people["owner"]).post(THREADS_URL, "{not json", content_type="application/json")
+    response = token_client(people["owner"]).post(THREADS_URL, "{not json", content_type="application/json")
 
     assert response.status_code == 400
     assert response.json()["message"].startswith("JSON parse error")
@@ -294,7 +287,7 @@ def test_thread_create_oversized_body_is_413_json_and_writes_nothing(people, set
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
 
     # when
-    response = _client_for(people["owner"]).post(THREADS_URL, body, content_type=content_type)
+    response = token_client(people["owner"]).post(THREADS_URL, body, content_type=content_type)
 
     # then
     assert response.status_code == 413
@@ -328,7 +321,7 @@ def test_history_malformed_cursor_is_400(people, query, expected_message):
     thread = ThreadFactory(bot=people["bot"])
 
     # when
-    response = _client_for(people["owner"]).get(f"{THREADS_URL}{thread.pk}/history/?{query}")
+    response = token_client(people["owner"]).get(f"{THREADS_URL}{thread.pk}/history/?{query}")
 
     # then
     assert response.status_code == 400
@@ -341,7 +334,7 @@ def test_history_malformed_cursor_is_400(people, query, expected_message):
 def test_history_page_size_out_of_range_is_400(people, page_size):
     thread = ThreadFactory(bot=people["bot"])
 
-    response = _client_for(people["owner"]).get(f"{THREADS_URL}{thread.pk}/history/?page_size={page_size}")
+    response = token_client(people["owner"]).get(f"{THREADS_URL}{thread.pk}/history/?page_size={page_size}")
 
     assert response.status_code == 400
     assert list(response.json()["extra"]["fields"]) == ["page_size"]
@@ -399,7 +392,7 @@ def test_v4_message_create_takes_no_mask():
 def test_v3_chat_history_and_context_both_show_every_message(people):
     # given
     thread, messages = _thread_with_every_kind(bot=people["bot"], runtime_mode="chat")
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
 
     # when
     history = client.get(f"{THREADS_URL}{thread.pk}/history/").json()
@@ -423,7 +416,7 @@ def test_v3_chat_history_and_context_both_show_every_message(people):
 def test_v3_automation_history_shows_only_replies_and_context_is_empty(people):
     # given an automation thread: prompts have mask 0, replies mask 1
     thread, messages = _thread_with_every_kind(bot=people["bot"], runtime_mode="automation")
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
 
     # when
     history = client.get(f"{THREADS_URL}{thread.pk}/history/").json()
@@ -459,7 +452,7 @@ def test_context_messages_list_includes_the_prompt_and_only_this_thread(people):
     message_create(thread=ThreadFactory(bot=people["bot"]), kind="user_message", content="elsewhere")
 
     # when
-    context = _client_for(people["owner"]).get(f"{THREADS_URL}{thread.pk}/context/").json()
+    context = token_client(people["owner"]).get(f"{THREADS_URL}{thread.pk}/context/").json()
 
     # then
     assert [(m["id"], m["content"], m["prompt"]) for m in context["results"]] == [(mine.pk, "raw", "rendered")]
@@ -476,7 +469,7 @@ def test_v3_t3_context_is_what_a_turn_assembles_the_newest_that_fit_the_model_wi
         message_create(thread=thread, kind=kind, content=f"{n}".ljust(40, "x")).pk
         for n, kind in enumerate(["user_message", "agent_reply"] * 4)
     ]
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
 
     # when
     context = client.get(f"{THREADS_URL}{thread.pk}/context/").json()
@@ -492,7 +485,7 @@ def test_v3_context_costs_the_same_queries_however_long_the_thread(people):
     model = people["bot"].primary_model
     model.context_window = 1000
     model.save()
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
 
     def context_queries(count: int) -> tuple[int, int]:
         thread = thread_create(bot=people["bot"], runtime_mode="chat", channel="rest")
@@ -524,7 +517,7 @@ def test_openapi_schema_generates_with_no_warnings(tmp_path):
 
 
 def test_schema_and_swagger_are_served(people):
-    client = _client_for(people["owner"])
+    client = token_client(people["owner"])
 
     schema = client.get("/api/schema/")
     docs = client.get("/api/docs/")
