@@ -77,8 +77,9 @@ def task_enqueue(*, task, args: list, what: str, eta=None) -> bool:
     return True
 
 
-# Fail fast with Redis down (one immediate retry covers a pooled connection a Redis restart closed): a webhook's
-# answer must not wait, the stored row and the sweeper cover a lost publish.
+# Fail fast with Redis down (one immediate retry covers a pooled connection a Redis restart closed; a message
+# pushed twice is harmless, the worker's claim is atomic): a webhook's answer must not wait, the stored row and
+# the sweeper cover a lost publish.
 PUSH_SOCKET_TIMEOUT_SECONDS = 1.0
 # task name -> what `task_message_push` needs, read from Celery's config once per process (its lookups are slow).
 _push_plans: dict[str, dict[str, Any] | None] = {}
@@ -87,6 +88,8 @@ _push_plans: dict[str, dict[str, Any] | None] = {}
 def _push_plan(*, task) -> dict[str, Any] | None:
     """Where and how a plain LPUSH delivers `task`, or None when only Celery's full path is right."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     from amuxweb.celery import app
 
@@ -109,7 +112,7 @@ def _push_plan(*, task) -> dict[str, Any] | None:
             url,
             socket_timeout=PUSH_SOCKET_TIMEOUT_SECONDS,
             socket_connect_timeout=PUSH_SOCKET_TIMEOUT_SECONDS,
-            retry=redis.retry.Retry(redis.backoff.NoBackoff(), 1),
+            retry=Retry(NoBackoff(), 1),
         ),
     }
 
@@ -120,7 +123,7 @@ def task_message_push(*, task, args: list) -> bool:
     Why: `apply_async` costs ~0.35 ms of CPU per webhook (routing and config lookups, publish signals, and kombu's
     Redis transport builds a new redis-py client for every publish), a third of the webhook's own work (issue 5).
     Celery still builds the message (`create_task_message`: protocol 2 headers and body); only kombu's Redis
-    envelope is written here, checked against `apply_async`'s own in tests/feishu/test_intake.py. Returns False
+    envelope is written here, checked against `apply_async`'s own in tests/feishu/test_intake_publish.py. Returns False
     when this setup needs Celery's full path (eager, not Redis, custom routing); raises RedisError like a publish.
     """
     import base64
@@ -170,6 +173,7 @@ def task_message_push(*, task, args: list) -> bool:
 
 
 def inbound_event_enqueue(*, event_pk: int) -> bool:
+    """Queue an event's processing (lean LPUSH on Redis, else `apply_async`); False when the broker is down."""
     from redis.exceptions import RedisError
 
     from amuxweb.feishu.tasks import inbound_event_process
