@@ -12,8 +12,8 @@ ours/trivial throughput.
 Where the time goes (issue 5; one process calling the WSGI handler on PostgreSQL + Redis, CPU time per request,
 no profiler): the trivial view 0.10-0.12 ms; the webhook 0.78-0.95 ms = the durable INSERT through the ORM
 (0.24-0.31 ms of Python, plus 0.21 ms of the PostgreSQL backend's CPU; 0.57 ms wall with the commit's WAL flush)
-+ the enqueue (0.14-0.25 ms since it is one LPUSH of Celery's own task message on a kept client; `apply_async`
-was 0.33-0.37 ms) + lark-oapi's checks and AES decryption (0.05-0.12 ms) + request handling; the bot row is
++ Celery's `apply_async` publish (0.33-0.37 ms; a hand-written LPUSH of the same message measured 0.14-0.25 ms
+and moved the ratio from ~0.31 to ~0.34, not worth re-implementing kombu's envelope) + lark-oapi's checks and AES decryption (0.05-0.12 ms) + request handling; the bot row is
 cached per process (0 queries). Under this bench (2 cores shared with the load client, PostgreSQL and Redis),
 attributed by removing one step at a time on a scratch copy of the tree: without the store the webhook runs at
 0.98x the trivial view, with the INSERT but no enqueue at 0.38x, with everything at 0.31-0.34x; an asynchronous
