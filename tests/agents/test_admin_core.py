@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from agents.models import Bot, Provider, Thread
 from agents.services.threads import message_create
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
+from tests.agents.forms import bot_admin_form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -37,29 +38,6 @@ def bot_with_secrets() -> Bot:
         feishu_encrypt_key=ENCRYPT_KEY,
         feishu_verification_token=VERIFICATION_TOKEN,
     )
-
-
-def _bot_form_data(bot: Bot, **changes) -> dict:
-    data = {
-        "slug": bot.slug,
-        "name": bot.name,
-        "owner": bot.owner_id,
-        "primary_model": bot.primary_model_id,
-        "system_prompt": bot.system_prompt,
-        "is_enabled": "on",
-        "group_reply_mode": bot.group_reply_mode,
-        "discuss_probe_mode": bot.discuss_probe_mode,
-        "discuss_probe_model": "",
-        "probe_debounce_initial_ms": "",
-        "probe_debounce_max_ms": "",
-        "feishu_app_id": bot.feishu_app_id,
-        "feishu_bot_open_id": bot.feishu_bot_open_id,
-        "feishu_app_secret": "",
-        "feishu_encrypt_key": "",
-        "feishu_verification_token": "",
-    }
-    data.update(changes)
-    return data
 
 
 @pytest.mark.parametrize("model_name", ["provider", "llmmodel", "userprofile", "bot", "thread", "message"])
@@ -110,7 +88,7 @@ def test_lists_show_only_set_or_not_set(admin_client, bot_with_secrets):
 def test_blank_secret_keeps_the_stored_value(admin_client, bot_with_secrets):
     # when the form is saved with every secret left blank and another field changed
     response = admin_client.post(
-        f"/admin/agents/bot/{bot_with_secrets.pk}/change/", _bot_form_data(bot_with_secrets, name="Planner 2")
+        f"/admin/agents/bot/{bot_with_secrets.pk}/change/", bot_admin_form_data(bot_with_secrets, name="Planner 2")
     )
 
     # then: the secrets are kept and the admin log records only the field that changed
@@ -129,7 +107,7 @@ def test_a_new_secret_replaces_and_clear_empties(admin_client, bot_with_secrets)
     # when
     response = admin_client.post(
         f"/admin/agents/bot/{bot_with_secrets.pk}/change/",
-        _bot_form_data(bot_with_secrets, feishu_app_secret="rotated-secret", feishu_encrypt_key_clear="on"),
+        bot_admin_form_data(bot_with_secrets, feishu_app_secret="rotated-secret", feishu_encrypt_key_clear="on"),
     )
 
     # then

@@ -18,31 +18,9 @@ from amuxweb.feishu.models import DiscussWake
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory
+from tests.agents.forms import bot_admin_form_data
 
 pytestmark = pytest.mark.django_db
-
-
-def bot_post_data(bot: Bot, **changes) -> dict:
-    data = {
-        "slug": bot.slug,
-        "name": bot.name,
-        "owner": bot.owner_id,
-        "primary_model": bot.primary_model_id,
-        "system_prompt": bot.system_prompt,
-        "is_enabled": "on",
-        "group_reply_mode": bot.group_reply_mode,
-        "discuss_probe_mode": bot.discuss_probe_mode,
-        "discuss_probe_model": bot.discuss_probe_model_id or "",
-        "probe_debounce_initial_ms": "",
-        "probe_debounce_max_ms": "",
-        "feishu_app_id": bot.feishu_app_id,
-        "feishu_bot_open_id": bot.feishu_bot_open_id,
-        "feishu_app_secret": "",
-        "feishu_encrypt_key": "",
-        "feishu_verification_token": "",
-    }
-    data.update(changes)
-    return data
 
 
 def picker_ids(admin_client, bot: Bot) -> set[int]:
@@ -62,7 +40,7 @@ def test_picker_keeps_tool_calling_models_of_enabled_providers_P11(admin_client)
     assert judge.pk in picker_ids(admin_client, bot)
     response = admin_client.post(
         reverse("admin:agents_bot_change", args=[bot.pk]),
-        bot_post_data(bot, discuss_probe_mode="model", discuss_probe_model=judge.pk),
+        bot_admin_form_data(bot, discuss_probe_mode="model", discuss_probe_model=judge.pk),
     )
     assert response.status_code == 302
     bot.refresh_from_db()
@@ -76,7 +54,7 @@ def test_picker_drops_models_without_tool_calling_P11(admin_client):
     assert vision_only.pk not in picker_ids(admin_client, bot)
     response = admin_client.post(
         reverse("admin:agents_bot_change", args=[bot.pk]),
-        bot_post_data(bot, discuss_probe_mode="model", discuss_probe_model=vision_only.pk),
+        bot_admin_form_data(bot, discuss_probe_mode="model", discuss_probe_model=vision_only.pk),
     )
     assert response.status_code == 200
     assert "discuss_probe_model" in response.context["adminform"].form.errors
@@ -118,7 +96,7 @@ def test_model_mode_without_a_model_is_a_validation_error_P11(admin_client):
     # and on the admin page
     bot.refresh_from_db()
     response = admin_client.post(
-        reverse("admin:agents_bot_change", args=[bot.pk]), bot_post_data(bot, discuss_probe_mode="model")
+        reverse("admin:agents_bot_change", args=[bot.pk]), bot_admin_form_data(bot, discuss_probe_mode="model")
     )
     assert response.status_code == 200
     assert "discuss_probe_model" in response.context["adminform"].form.errors
@@ -136,7 +114,7 @@ def test_model_mode_without_a_model_is_a_validation_error_P11(admin_client):
 def test_debounce_delays_out_of_bounds_are_refused_P10_P11(admin_client, field, value):
     bot = BotFactory()
     response = admin_client.post(
-        reverse("admin:agents_bot_change", args=[bot.pk]), bot_post_data(bot, **{field: value})
+        reverse("admin:agents_bot_change", args=[bot.pk]), bot_admin_form_data(bot, **{field: value})
     )
     assert response.status_code == 200
     assert list(response.context["adminform"].form.errors) == [field]
@@ -146,7 +124,7 @@ def test_debounce_delays_out_of_bounds_are_refused_P10_P11(admin_client, field, 
 
 def test_debounce_delays_within_bounds_are_saved_P10_P11(admin_client):
     bot = BotFactory()
-    data = bot_post_data(bot, probe_debounce_initial_ms="2000", probe_debounce_max_ms="600000")
+    data = bot_admin_form_data(bot, probe_debounce_initial_ms="2000", probe_debounce_max_ms="600000")
     response = admin_client.post(reverse("admin:agents_bot_change", args=[bot.pk]), data)
     assert response.status_code == 302
     bot.refresh_from_db()
@@ -161,7 +139,7 @@ def test_clearing_the_model_returns_to_inherit_and_reaches_the_gate_P11_P3(admin
     # when the operator clears the model on the change page
     response = admin_client.post(
         reverse("admin:agents_bot_change", args=[bot.pk]),
-        bot_post_data(bot, discuss_probe_mode="model", discuss_probe_model=""),
+        bot_admin_form_data(bot, discuss_probe_mode="model", discuss_probe_model=""),
     )
     # then: inherit, and the next wake sees it (the save bumped the cache key)
     assert response.status_code == 302
