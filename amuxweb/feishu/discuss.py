@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from agents.llm.base import ChatMessage
 from agents.models import Bot, Thread, Turn
+from amuxweb.feishu.messages import inbound_message_build
 from amuxweb.feishu.models import DiscussWake, InboundEvent
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
@@ -188,7 +189,6 @@ def discuss_activation_start(*, bot: Bot, wake: DiscussWake, gate: GateResult) -
     message of the primary. No gate at all (gate_ran False): the turn runs as it would without the feature.
     """
     from amuxweb.feishu.parsing import message_parse
-    from amuxweb.feishu.services.routing import inbound_message_build
     from amuxweb.feishu.services.turns import feishu_turn_start
 
     event = InboundEvent.objects.filter(bot=bot, message_id=wake.last_message_id).first()

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from agents.models import Turn
 from amuxweb.feishu import client as feishu_client
+from amuxweb.feishu.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from amuxweb.feishu.models import InboundEvent, OutboundDelivery
-from amuxweb.feishu.services.routing import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from amuxweb.feishu.services.turns import QUOTED_READ_FAILED_TEXT
 from amuxweb.feishu.tasks import inbound_events_sweep
 from threadcontext.models import Workspace

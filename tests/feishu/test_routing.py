@@ -6,9 +6,9 @@ import re
 import pytest
 
 from agents.models import Bot, Turn
+from amuxweb.feishu.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from amuxweb.feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from amuxweb.feishu.parsing import message_parse, text_chunks
-from amuxweb.feishu.services.routing import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from amuxweb.feishu.services.turns import QUOTED_READ_FAILED_TEXT
 from amuxweb.feishu.signing import message_event_payload
 from tests.feishu.conftest import bot_open_id, fixture_payload

@@ -7,21 +7,19 @@ from django.db import transaction
 
 from agents.models import Bot, Turn
 from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.models import InboundEvent, OutboundDelivery
+from amuxweb.feishu.messages import (
+    HELP_TEXT,
+    NEW_SESSION_TEXT,
+    bot_secrets,
+    inbound_message_build,
+    message_is_own_echo,
+)
+from amuxweb.feishu.models import InboundEvent
 from amuxweb.feishu.parsing import ParsedMessage, message_parse, slash_command
 from amuxweb.feishu.services.delivery import feishu_notice_send, message_is_bot_output
 from amuxweb.feishu.services.intake import inbound_event_claim, inbound_event_finish, inbound_event_release_for_retry
 
 logger = logging.getLogger(__name__)
-
-HELP_TEXT = (
-    "I am an amux agent bot.\n"
-    "- @mention me (or reply to one of my messages) to ask something; in a topic I keep one session per topic.\n"
-    "- /new ends the current session; your next message starts a fresh one.\n"
-    "- /help shows this message."
-)
-NEW_SESSION_TEXT = "Session ended. Start a new topic (or @ me again in a group-wide or direct chat) for a new one."
-RETIRED_SESSION_TEXT = "This session has ended. Please start a new topic (or send /new) to talk to me again."
 
 # Outcomes (stored on the InboundEvent and returned for tests and logs).
 ROUTE_TURN = "turn"
@@ -68,50 +66,6 @@ def bot_open_id_ensure(*, bot: Bot) -> str:
     return open_id
 
 
-def _is_own_echo(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str) -> bool:
-    if parsed.sender_type != "app":
-        return False
-    if bot_open_id and parsed.sender_open_id == bot_open_id:
-        return True
-    return OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parsed.message_id).exists()
-
-
-def inbound_message_build(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, is_reply_to_bot: bool = False):
-    """b's normalised InboundMessage for the collector (this bot's @ is marked so it is stripped, C4)."""
-    from threadcontext.services.collection import InboundMessage, Mention
-
-    mentions = tuple(
-        Mention(key=m.key, open_id=m.open_id, name=m.name, is_this_bot=bool(bot_open_id) and m.open_id == bot_open_id)
-        for m in parsed.mentions
-    )
-    addressed = parsed.mentions_open_id(bot_open_id) or is_reply_to_bot
-    return InboundMessage(
-        chat_id=parsed.chat_id,
-        message_id=parsed.message_id,
-        bridge_id=bot.bridge_id,
-        bot_profile=bot.slug,
-        text=parsed.text,
-        chat_type=parsed.chat_type,
-        root_msg_id=parsed.root_id if parsed.root_id != parsed.message_id else "",
-        thread_id=parsed.thread_id,
-        parent_id=parsed.parent_id,
-        sender_id=parsed.sender_open_id,
-        sender_type=parsed.sender_type,
-        mentions=mentions,
-        message_type=parsed.message_type,
-        is_this_bot_addressed=addressed,
-        is_slash_command=bool(slash_command(parsed.text_without_mention_keys())),
-        is_own_echo=_is_own_echo(bot=bot, parsed=parsed, bot_open_id=bot_open_id),
-    )
-
-
-def bot_secrets(bot: Bot) -> tuple[str, ...]:
-    """What the collector redacts from any stored text (C3)."""
-    return tuple(
-        secret for secret in (bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token) if secret
-    )
-
-
 def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteResult:
     from amuxweb.feishu.services.sessions import session_retire
 
@@ -146,7 +100,7 @@ def inbound_message_route(*, bot: Bot, payload: dict, bot_open_id: str | None = 
     if not bot_open_id and bot.has_feishu_credentials and parsed.mentions and not parsed.is_direct:
         # F6: without its own open_id the bot cannot tell whether it was @-ed; retry later rather than drop an @.
         raise feishu_client.FeishuApiError("the bot's open_id is unknown (bot/v3/info failed)")
-    if _is_own_echo(bot=bot, parsed=parsed, bot_open_id=bot_open_id):
+    if message_is_own_echo(bot=bot, parsed=parsed, bot_open_id=bot_open_id):
         return RouteResult(IGNORED_OWN_ECHO)  # C3: the bot's own message echoed back is never collected
     text = parsed.text_without_mention_keys()
     if not parsed.text.strip() and parsed.message_type in ("text", "post", ""):

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from agents.models import Bot, Turn
 from amuxweb.feishu import client as feishu_client
+from amuxweb.feishu.messages import RETIRED_SESSION_TEXT, bot_secrets, inbound_message_build
 from amuxweb.feishu.models import InboundEvent
 from amuxweb.feishu.parsing import ParsedMessage, message_parse
 
@@ -62,7 +63,6 @@ def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: s
         thread = session_thread_resolve(bot=bot, message=message)
     except SessionRetired:
         from amuxweb.feishu.services.delivery import feishu_notice_send
-        from amuxweb.feishu.services.routing import RETIRED_SESSION_TEXT
 
         feishu_notice_send(
             bot=bot,
@@ -155,7 +155,6 @@ def _turn_skip(*, turn: Turn, reason: str) -> None:
 def _topic_root_text(*, bot: Bot, parsed: ParsedMessage) -> str | None:
     """C8: the root's text from the local store, else fetched by root_msg_id (any sender type) and recorded."""
     from amuxweb.feishu.parsing import content_text
-    from amuxweb.feishu.services.routing import bot_secrets
     from threadcontext.selectors import topic_root_text_get
     from threadcontext.services import Mention, thread_event_record_topic_root
 
@@ -201,7 +200,6 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
     """Run one Feishu turn end to end; idempotent (a re-run reuses the stored reply and the delivery rows)."""
     from agents.services.turns import TurnRetryLater, turn_run
     from amuxweb.feishu.services.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
-    from amuxweb.feishu.services.routing import bot_secrets, inbound_message_build
     from amuxweb.feishu.services.sessions import session_binding_for_thread
     from threadcontext.prompts import prompt_render, request_is_submittable, topic_root_is_due
     from threadcontext.selectors import workspace_get, workspace_settings_resolve

@@ -1,0 +1,61 @@
+"""Leaf helpers that turn a parsed Feishu message into what the rest of the hub needs, and the bridge's fixed texts.
+
+Routing, the discuss wake and the bridge turn all build the collector's InboundMessage and redact the same
+secrets; they import this module, which imports none of them (no import circle).
+"""
+
+from agents.models import Bot
+from amuxweb.feishu.models import OutboundDelivery
+from amuxweb.feishu.parsing import ParsedMessage, slash_command
+from threadcontext.services.collection import InboundMessage, Mention
+
+HELP_TEXT = (
+    "I am an amux agent bot.\n"
+    "- @mention me (or reply to one of my messages) to ask something; in a topic I keep one session per topic.\n"
+    "- /new ends the current session; your next message starts a fresh one.\n"
+    "- /help shows this message."
+)
+NEW_SESSION_TEXT = "Session ended. Start a new topic (or @ me again in a group-wide or direct chat) for a new one."
+RETIRED_SESSION_TEXT = "This session has ended. Please start a new topic (or send /new) to talk to me again."
+
+
+def message_is_own_echo(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str) -> bool:
+    if parsed.sender_type != "app":
+        return False
+    if bot_open_id and parsed.sender_open_id == bot_open_id:
+        return True
+    return OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parsed.message_id).exists()
+
+
+def inbound_message_build(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, is_reply_to_bot: bool = False):
+    """b's normalised InboundMessage for the collector (this bot's @ is marked so it is stripped, C4)."""
+    mentions = tuple(
+        Mention(key=m.key, open_id=m.open_id, name=m.name, is_this_bot=bool(bot_open_id) and m.open_id == bot_open_id)
+        for m in parsed.mentions
+    )
+    addressed = parsed.mentions_open_id(bot_open_id) or is_reply_to_bot
+    return InboundMessage(
+        chat_id=parsed.chat_id,
+        message_id=parsed.message_id,
+        bridge_id=bot.bridge_id,
+        bot_profile=bot.slug,
+        text=parsed.text,
+        chat_type=parsed.chat_type,
+        root_msg_id=parsed.root_id if parsed.root_id != parsed.message_id else "",
+        thread_id=parsed.thread_id,
+        parent_id=parsed.parent_id,
+        sender_id=parsed.sender_open_id,
+        sender_type=parsed.sender_type,
+        mentions=mentions,
+        message_type=parsed.message_type,
+        is_this_bot_addressed=addressed,
+        is_slash_command=bool(slash_command(parsed.text_without_mention_keys())),
+        is_own_echo=message_is_own_echo(bot=bot, parsed=parsed, bot_open_id=bot_open_id),
+    )
+
+
+def bot_secrets(bot: Bot) -> tuple[str, ...]:
+    """What the collector redacts from any stored text (C3)."""
+    return tuple(
+        secret for secret in (bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token) if secret
+    )

@@ -1,0 +1,35 @@
+"""Outside text made storable once, at the boundary (ARCHITECTURE L3).
+
+Feishu messages, judge output, provider errors and tool output come from outside. Two kinds of character in
+them break storage or logging: NUL (PostgreSQL text columns refuse it: DataError) and unpaired UTF-16
+surrogates (any UTF-8 encoder refuses them: UnicodeEncodeError, in the driver, a log handler or a JSON dump).
+`storable_text` replaces both, so everything downstream may assume clean text; `storable_json` walks a decoded
+JSON value and does the same to every string in it, keys included. Nothing else is changed: the text a person
+wrote stays as written.
+"""
+
+import re
+from typing import Any
+
+REPLACEMENT = "\ufffd"
+# NUL, and a surrogate code point (U+D800-U+DFFF) standing alone in a Python str (a valid pair never appears as
+# two code points in a str decoded from UTF-8 or from JSON, which combines escaped pairs).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """`text` with NUL and unpaired surrogates replaced by U+FFFD; the same object when there is none."""
+    if _UNSTORABLE.search(text) is None:
+        return text
+    return _UNSTORABLE.sub(REPLACEMENT, text)
+
+
+def storable_json(value: Any) -> Any:
+    """A decoded JSON value with `storable_text` applied to every string in it (keys too)."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {storable_text(str(key)): storable_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [storable_json(item) for item in value]
+    return value
