@@ -1,5 +1,7 @@
 """`local_rules`: an offline, deterministic, rule-based provider for the embedded default, demos and tests.
 
+`stream` gives the same answer as `complete`, word by word.
+
 It is not a language model and says so in every answer a person can see:
 - as an agent it echoes what it received: "[local_rules · rule-based echo] I received 3 context messages; you
   said: …", so a demo shows which context a turn assembled;
@@ -12,9 +14,11 @@ The bot's name is read from the system prompt: "The bot: Name." (the probe's jud
 """
 
 import re
+from collections.abc import Callable
 
 from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, ToolCall, Usage
 from agents.llm.settings import ProviderSettings
+from agents.llm.streaming import word_pieces
 
 ECHO_LABEL = "[local_rules · rule-based echo]"
 MAX_ECHO_CHARS = 2000
@@ -92,6 +96,13 @@ class LocalRulesClient:
             "tools": [tool.name for tool in request.tools],
             "forced_tool": request.forced_tool,
         }
+
+    def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
+        """The echo word by word, so a demo on the embedded default shows a streamed answer being written."""
+        result = self.complete(request)
+        for piece in word_pieces(result.text):
+            on_text(piece)
+        return result
 
     def complete(self, request: CompletionRequest) -> CompletionResult:
         input_tokens = sum(estimate_tokens(message.content) for message in request.messages)
