@@ -73,10 +73,15 @@ def request_as_sent(*, client: LLMClient, request: CompletionRequest) -> dict:
         return {}
     sent = body(request)
     labels = {
-        base64.b64encode(image.data).decode("ascii"): f"[image: {image.name or image.mime_type}, {len(image.data)} bytes]"
+        # google-genai serialises bytes as URL-safe base64, the others as standard base64
+        encoded: f"[image: {image.name or image.mime_type}, {len(image.data)} bytes]"
         for message in request.messages
         for image in message.images
         if image.data
+        for encoded in (
+            base64.b64encode(image.data).decode("ascii"),
+            base64.urlsafe_b64encode(image.data).decode("ascii"),
+        )
     }
     return without_image_data(sent, labels=labels) if labels else sent
 

@@ -117,12 +117,15 @@ def test_stream_result_equals_completes_for_the_same_answer(api, llm_stub):
     # then
     assert streamed == completed
     assert streamed.usage == Usage(input_tokens=31, output_tokens=9)
-    assert streamed.raw_finish_reason == {
-        "openai_chat": "stop",
-        "openai_responses": "completed",
-        "anthropic": "end_turn",
-        "gemini": "STOP",
-    }[api]
+    assert (
+        streamed.raw_finish_reason
+        == {
+            "openai_chat": "stop",
+            "openai_responses": "completed",
+            "anthropic": "end_turn",
+            "gemini": "STOP",
+        }[api]
+    )
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -264,9 +267,7 @@ def test_stream_refused_before_it_starts_maps_exactly_as_complete(api, case, llm
     assert type(streamed.value) is type(completed.value) is expected
     assert streamed.value.message == completed.value.message
     assert streamed.value.status_code == completed.value.status_code
-    assert getattr(streamed.value, "retry_after_seconds", None) == getattr(
-        completed.value, "retry_after_seconds", None
-    )
+    assert getattr(streamed.value, "retry_after_seconds", None) == getattr(completed.value, "retry_after_seconds", None)
     assert API_KEY not in streamed.value.message
     assert deltas == []
 

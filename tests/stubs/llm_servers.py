@@ -396,7 +396,9 @@ def openai_responses_events(body: dict[str, Any]) -> list[SSEEvent]:
         elif item["type"] == "function_call":
             add("response.output_item.added", output_index=output_index, item=item | {"arguments": ""})
             for piece in halves(item["arguments"]):
-                add("response.function_call_arguments.delta", item_id=item["id"], output_index=output_index, delta=piece)
+                add(
+                    "response.function_call_arguments.delta", item_id=item["id"], output_index=output_index, delta=piece
+                )
             add(
                 "response.function_call_arguments.done",
                 item_id=item["id"],
@@ -425,7 +427,9 @@ def anthropic_events(body: dict[str, Any]) -> list[SSEEvent]:
             deltas = [{"type": "text_delta", "text": piece} for piece in pieces]
         else:
             opening = block | {"input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in halves(json.dumps(block["input"]))]
+            deltas = [
+                {"type": "input_json_delta", "partial_json": piece} for piece in halves(json.dumps(block["input"]))
+            ]
         events.append(
             SSEEvent({"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start")
         )
