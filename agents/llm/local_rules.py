@@ -1,7 +1,5 @@
 """`local_rules`: an offline, deterministic, rule-based provider for the embedded default, demos and tests.
 
-`stream` gives the same answer as `complete`, word by word.
-
 It is not a language model and says so in every answer a person can see:
 - as an agent it echoes what it received: "[local_rules · rule-based echo] I received 3 context messages; you
   said: …", so a demo shows which context a turn assembled;
@@ -11,9 +9,13 @@ It is not a language model and says so in every answer a person can see:
 
 The bot's name is read from the system prompt: "The bot: Name." (the probe's judge prompt), 'You are "Name"',
 'You are named Name' or 'Bot name: Name'.
+
+`stream` gives the same answer as `complete`, word by word, pausing `AMUX_LOCAL_RULES_STREAM_DELAY_MS` between
+words (0 in tests) so a demo on the embedded default shows the answer being written.
 """
 
 import re
+import time
 from collections.abc import Callable
 
 from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, ToolCall, Usage
@@ -100,7 +102,10 @@ class LocalRulesClient:
     def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
         """The echo word by word, so a demo on the embedded default shows a streamed answer being written."""
         result = self.complete(request)
-        for piece in word_pieces(result.text):
+        delay = self.settings.stream_word_delay_seconds if self.settings else 0.0
+        for number, piece in enumerate(word_pieces(result.text)):
+            if delay and number:
+                time.sleep(delay)
             on_text(piece)
         return result
 

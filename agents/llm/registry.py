@@ -16,6 +16,8 @@ import base64
 import functools
 import importlib
 
+from django.conf import settings as django_settings
+
 from agents.llm.base import CompletionRequest, LLMClient, PermanentError
 from agents.llm.settings import ProviderSettings
 from agents.models import LLMModel, Provider
@@ -45,6 +47,11 @@ def provider_settings(*, provider: Provider) -> ProviderSettings:
         api_key=provider.api_key or "",
         timeout_seconds=float(provider.timeout_seconds),
         max_retries=int(provider.max_retries),
+        stream_word_delay_seconds=(
+            django_settings.AMUX_LOCAL_RULES_STREAM_DELAY_MS / 1000
+            if provider.kind == Provider.Kind.LOCAL_RULES
+            else 0.0
+        ),
     )
 
 

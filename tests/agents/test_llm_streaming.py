@@ -28,6 +28,7 @@ from tests.agents.test_llm_adapters import API_KEY, APIS, MODEL_NAMES, model_for
 from tests.stubs.llm_servers import (
     AUTH_BODIES,
     BODY_BUILDERS,
+    NON_JSON_BODY,
     OVERFLOW_BODIES,
     RATE_LIMIT_BODIES,
     StubResponse,
@@ -328,3 +329,36 @@ def test_local_rules_stream_of_a_forced_tool_call_sends_no_delta():
             id="local_rules_call_1",
         ),
     )
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_stream_answered_with_a_non_event_stream_page_is_transient(api, llm_stub):
+    # given: a proxy answers the stream request with a 200 HTML page
+    model = model_for(api, llm_stub)
+    llm_stub.enqueue(api, StubResponse(status=200, body=NON_JSON_BODY))
+    deltas: list[str] = []
+    # when
+    with pytest.raises(TransientError) as caught:
+        llm_client_for(model=model).stream(text_request(api), on_text=deltas.append)
+    # then
+    assert type(caught.value) is TransientError
+    assert caught.value.message.startswith(f"{model.provider.name}: ")
+    assert deltas == []
+
+
+def test_local_rules_pauses_between_streamed_words_as_configured(settings, monkeypatch):
+    """The embedded default's demo shows streaming: a pause between words (never before the first)."""
+    # given
+    settings.AMUX_LOCAL_RULES_STREAM_DELAY_MS = 40
+    pauses: list[float] = []
+    monkeypatch.setattr("agents.llm.local_rules.time.sleep", pauses.append)
+    provider = ProviderFactory(kind=Provider.Kind.LOCAL_RULES, base_url="", api_key="", name="demo-slow")
+    client = llm_client_for(model=LLMModelFactory(provider=provider, name="echo"))
+    request = CompletionRequest(model="echo", messages=(ChatMessage(role="user", content="hello there"),))
+    events: list[str] = []
+    pauses_at_delta: list[int] = []
+    # when
+    client.stream(request, on_text=lambda delta: (events.append(delta), pauses_at_delta.append(len(pauses))))
+    # then: one pause between each two words, each before the next word
+    assert pauses == [0.04] * (len(events) - 1)
+    assert pauses_at_delta == list(range(len(events)))
