@@ -182,8 +182,11 @@ def test_stream_with_a_per_chunk_delay_delivers_every_chunk_once_in_order(api, l
     result = llm_client_for(model=model).stream(
         text_request(api), on_text=lambda delta: seen.append((llm_stub.chunks_sent, delta))
     )
-    # then: each delta arrived after the stub wrote it and before the stub wrote the next one
-    assert seen == list(enumerate(text_pieces(ANSWER), start=1))
+    # then: every word once, in order, each delivered after the stub wrote it (how far the stub had got by then
+    # depends on the machine's load: the gate test above pins the first delta down)
+    assert [delta for _, delta in seen] == text_pieces(ANSWER)
+    assert all(sent >= position for position, (sent, _) in enumerate(seen, start=1))
+    assert [sent for sent, _ in seen] == sorted(sent for sent, _ in seen)
     assert result.text == ANSWER
 
 

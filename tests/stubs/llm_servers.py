@@ -671,11 +671,11 @@ class LLMStubServer:
                             response.gate.wait(timeout=10)
                         if response.chunk_delay_seconds:
                             time.sleep(response.chunk_delay_seconds)
-                        self._write_chunk(sse_bytes(event))
-                        if event.text_chunk:
+                        if event.text_chunk:  # counted before the write: a client may read it at once
                             text_chunks += 1
                             with stub._lock:
                                 stub.chunks_sent += 1
+                        self._write_chunk(sse_bytes(event))
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
