@@ -27,6 +27,7 @@ from agents.llm.base import (
     CompletionRequest,
     CompletionResult,
     ContextOverflowError,
+    ImageInput,
     LLMError,
     ToolCall,
     Usage,
@@ -54,7 +55,7 @@ def anthropic_status_error(exc: anthropic.APIStatusError) -> tuple[str, bool]:
     return message, any(phrase in message.lower() for phrase in OVERFLOW_PHRASES)
 
 
-def image_block(image) -> dict[str, Any]:
+def image_block(image: ImageInput) -> dict[str, Any]:
     data = base64.b64encode(image.data).decode("ascii")
     return {"type": "image", "source": {"type": "base64", "media_type": image.mime_type, "data": data}}
 
