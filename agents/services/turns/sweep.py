@@ -93,11 +93,15 @@ def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
         if status == Turn.Status.REPLIED and delivery_attempts >= ledger.DELIVERY_MAX_ATTEMPTS:
             given_up += _give_up_delivery(turn_id=turn_id, attempts=delivery_attempts)
             continue
+        if status == Turn.Status.RUNNING:
+            # Counted before the enqueue: an eager run (or a fast worker) may be re-running it already.
+            Turn.objects.filter(pk=turn_id).update(sweeps=F("sweeps") + 1)
         if not turn_enqueue(turn_id=turn_id):
+            if status == Turn.Status.RUNNING:
+                Turn.objects.filter(pk=turn_id).update(sweeps=F("sweeps") - 1)
             continue
         enqueued += 1
         if status == Turn.Status.RUNNING:
-            Turn.objects.filter(pk=turn_id).update(sweeps=F("sweeps") + 1)
             logger.warning("running turn re-enqueued", extra={"turn_id": turn_id, "sweeps": sweeps + 1})
         elif status == Turn.Status.REPLIED:
             logger.warning("replied turn re-enqueued for delivery", extra={"turn_id": turn_id})
