@@ -193,3 +193,22 @@ def test_test_connection_labels_local_rules_as_rule_based(admin_client):
     [message] = [str(m) for m in get_messages(response.wsgi_request)]
     assert message.startswith("offline / rules (rule-based, offline): OK in ")
     assert "[local_rules · rule-based echo]" in message
+
+
+def test_l2_delivery_failed_turns_are_listed_by_the_status_filter(admin_client, llm_stub):
+    # given: one delivered turn and one whose delivery was given up on
+    bot = BotFactory(slug="helper", primary_model=stub_model(llm_stub))
+    thread = ThreadFactory(bot=bot)
+    asked(bot=bot, thread=thread, trigger=Turn.Trigger.REST, source_message_id="rest:1")
+    lost = asked(bot=bot, thread=thread, trigger=Turn.Trigger.MENTION, source_message_id="om_lost")
+    Turn.objects.filter(pk=lost.pk).update(
+        status=Turn.Status.DELIVERY_FAILED, error="Gave up after 5 delivery attempts. Last error: 503"
+    )
+    # when
+    response = admin_client.get("/admin/agents/turn/", {"status__exact": "delivery_failed"})
+    # then: only the lost one, with its reason
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == 1
+    assert list(response.context["cl"].result_list) == [lost]
+    assert "Gave up after 5 delivery attempts" in page
