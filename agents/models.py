@@ -286,9 +286,7 @@ class McpServer(models.Model):
     bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="mcp_servers")
     name = models.CharField(
         max_length=32,
-        validators=[
-            RegexValidator(r"^[a-z][a-z0-9_]*$", "Lower-case letters, digits and _, starting with a letter.")
-        ],
+        validators=[RegexValidator(r"^[a-z][a-z0-9_]*$", "Lower-case letters, digits and _, starting with a letter.")],
         help_text="Short name; the model sees tools as <name>__<tool>.",
     )
     transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.STDIO)

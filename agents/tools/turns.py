@@ -15,6 +15,7 @@ Tool activity lives only in TurnToolCall rows: nothing here writes a Message, a 
 turn's reply (M3); the caller stores `result.text` as the one agent_reply.
 """
 
+import json
 import logging
 import re
 from collections.abc import Sequence
@@ -115,8 +116,13 @@ def loop_tools(
     return tools
 
 
-def turn_tool_call_record(*, turn: Turn, call: ToolCallRecord) -> TurnToolCall:
-    """Write one call (idempotent on turn, step, index: a re-run that reaches the same slot overwrites it)."""
+def turn_tool_call_record(*, turn: Turn, call: ToolCallRecord, secrets: tuple[str, ...] = ()) -> TurnToolCall:
+    """Write one call (idempotent on turn, step, index: a re-run that reaches the same slot overwrites it).
+
+    Everything is redacted once more: the arguments are the model's, and nothing guarantees they hold no secret.
+    """
+    arguments = call.arguments if isinstance(call.arguments, dict) else {"raw": call.arguments}
+    arguments = json.loads(redacted(json.dumps(arguments), secrets=secrets))
     row, _ = TurnToolCall.objects.update_or_create(
         turn=turn,
         step=call.step,
@@ -125,11 +131,11 @@ def turn_tool_call_record(*, turn: Turn, call: ToolCallRecord) -> TurnToolCall:
             "call_id": call.call_id[:200],
             "server": call.server,
             "tool": call.tool[:200],
-            "arguments": call.arguments if isinstance(call.arguments, dict) else {"raw": call.arguments},
-            "result": call.result,
+            "arguments": arguments,
+            "result": redacted(call.result, secrets=secrets),
             "status": call.status,
             "duration_ms": call.duration_ms,
-            "error": call.error,
+            "error": redacted(call.error, secrets=secrets),
         },
     )
     return row
@@ -182,6 +188,7 @@ def turn_tools_run(
                 duration_ms=0,
                 error=message,
             ),
+            secrets=secrets,
         )
         logger.warning("mcp server unavailable", extra={"turn_id": turn.pk, "server": server.name, "error": message})
         if server.on_failure == McpServer.OnFailure.FAIL:
@@ -192,5 +199,5 @@ def turn_tools_run(
         tools=tools,
         limits=tool_limits(servers=servers),
         completed_calls=turn_tool_calls_completed(turn=turn),
-        record=lambda call: turn_tool_call_record(turn=turn, call=call),
+        record=lambda call: turn_tool_call_record(turn=turn, call=call, secrets=secrets),
     )

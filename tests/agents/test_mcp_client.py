@@ -12,7 +12,7 @@ from agents.mcp.client import McpConnection, mcp_connection, mcp_connections_clo
 from agents.mcp.config import STDIO, STREAMABLE_HTTP, McpServerConfig
 from agents.mcp.errors import McpConnectError, McpConnectionLostError, McpTimeoutError
 from agents.mcp.output import SECRET_MASK, TRUNCATION_MARKER, tool_output_text
-from tests.stubs.mcp_server import mcp_http_server, stdio_command  # noqa: F401  (the fixture)
+from tests.stubs.mcp_server import http_server_running, stdio_command
 
 SECRET = "env-secret-value-4711"
 HEADER_SECRET = "Bearer header-secret-0815"
@@ -47,6 +47,12 @@ def stdio_connection() -> Iterator[McpConnection]:
     connection = McpConnection(stdio_config()).open()
     yield connection
     connection.close()
+
+
+@pytest.fixture(scope="module")
+def mcp_http_server() -> Iterator[str]:
+    with http_server_running() as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -106,9 +112,7 @@ def test_m1_a_header_value_a_server_echoes_back_is_redacted(mcp_http_server):
     )
 
     # when
-    result = mcp_connection(config=config).call_tool(
-        "header_value", {"name": "authorization"}, timeout_seconds=10
-    )
+    result = mcp_connection(config=config).call_tool("header_value", {"name": "authorization"}, timeout_seconds=10)
 
     # then: the raw answer carried it; the text for the model does not
     assert HEADER_SECRET in str(result.blocks)

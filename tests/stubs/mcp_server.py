@@ -14,6 +14,7 @@ Run over stdio (`python tests/stubs/mcp_server.py stdio`) or streamable HTTP
 """
 
 import base64
+import contextlib
 import os
 import socket
 import subprocess
@@ -21,8 +22,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 SERVER_PATH = Path(__file__).resolve()
 # Under load (8 engineers on 2 cores) importing the SDK's server alone takes seconds.
@@ -104,9 +103,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def mcp_http_server() -> Iterator[str]:
-    """This server over streamable HTTP on 127.0.0.1; yields its endpoint URL."""
+@contextlib.contextmanager
+def http_server_running() -> Iterator[str]:
+    """This server over streamable HTTP on 127.0.0.1 (a subprocess); yields its endpoint URL."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, str(SERVER_PATH), "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
