@@ -11,7 +11,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from agents.admin.core import ClearSecretField, SecretField, SecretFieldsForm, secret_state
 from agents.mcp.services import mcp_server_test
@@ -157,13 +157,12 @@ class McpServerAdmin(admin.ModelAdmin):
         if not server.last_test_tools:
             return "-"
         allowed = set(server.allowed_tools)
-        rows = format_html("").join(
-            format_html(
-                "<li><code>{}</code>{} {}</li>",
-                tool.get("name", ""),
-                " (allowed)" if tool.get("name") in allowed else "",
-                tool.get("description", ""),
-            )
-            for tool in server.last_test_tools
+        rows = format_html_join(
+            "",
+            "<li><code>{}</code>{} {}</li>",
+            (
+                (tool.get("name", ""), " (allowed)" if tool.get("name") in allowed else "", tool.get("description", ""))
+                for tool in server.last_test_tools
+            ),
         )
         return format_html("<ul>{}</ul>", rows)
