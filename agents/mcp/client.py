@@ -30,6 +30,7 @@ from typing import Any
 from agents.mcp.config import STDIO, STREAMABLE_HTTP, McpServerConfig
 from agents.mcp.errors import McpCallError, McpConnectError, McpConnectionLostError, McpError, McpTimeoutError
 from agents.mcp.output import redacted
+from amuxweb.text import storable_text
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def _sdk_error(exc: BaseException, *, config: McpServerConfig, during: str) -> M
     if isinstance(exc, McpError):
         return exc
     if isinstance(exc, MCPError):
-        message = redacted(exc.error.message, secrets=config.secrets())
+        message = redacted(storable_text(exc.error.message), secrets=config.secrets())
         if exc.code == REQUEST_TIMEOUT:
             return McpTimeoutError(f"{name}: {during} timed out", server=name)
         if exc.code == CONNECTION_CLOSED:
@@ -92,7 +93,7 @@ def _sdk_error(exc: BaseException, *, config: McpServerConfig, during: str) -> M
         return McpCallError(f"{name}: {during} failed: {message}", server=name)
     if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return McpTimeoutError(f"{name}: {during} timed out", server=name)
-    message = redacted(f"{type(exc).__name__}: {exc}", secrets=config.secrets())
+    message = redacted(storable_text(f"{type(exc).__name__}: {exc}"), secrets=config.secrets())
     return McpConnectionLostError(f"{name}: {during} failed: {message}", server=name)
 
 
@@ -174,7 +175,7 @@ class McpConnection:
         try:
             self._stderr.flush()
             self._stderr.seek(0)
-            text = self._stderr.read()[-STDERR_TAIL_CHARS:].strip()
+            text = storable_text(self._stderr.read()[-STDERR_TAIL_CHARS:].strip())
         except (OSError, ValueError):
             return ""
         return f" (server stderr: {redacted(text, secrets=self.config.secrets())})" if text else ""

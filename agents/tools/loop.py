@@ -213,8 +213,6 @@ def tool_loop_run(
                     "duration_ms": done.duration_ms,
                 },
             )
-    else:
-        reason = f"at most {limits.max_steps} tool steps"
     if clock() >= deadline:
         reason = f"the time budget of {limits.time_budget_seconds:g} s"
     result = client.complete(final_request(request=request, records=calls, reason=reason))
