@@ -183,6 +183,14 @@ CELERY_IMPORTS = ("amuxweb.feishu.discuss",)
 # then fired by an in-process timer thread instead of a task with an eta.
 AMUX_DISCUSS_WAKE_TIMER = True
 
+# --- Tools through MCP (M1, M2): the turn's tool loop bounds; a server may tighten them -------------------
+AMUX_TOOL_MAX_STEPS = env.int("AMUX_TOOL_MAX_STEPS", default=8)
+AMUX_TOOL_TIME_BUDGET_SECONDS = env.float("AMUX_TOOL_TIME_BUDGET_SECONDS", default=120.0)
+AMUX_TOOL_CALL_TIMEOUT_SECONDS = env.float("AMUX_TOOL_CALL_TIMEOUT_SECONDS", default=30.0)
+AMUX_TOOL_CONNECT_TIMEOUT_SECONDS = env.float("AMUX_TOOL_CONNECT_TIMEOUT_SECONDS", default=20.0)
+# Tool output is capped before it reaches the model (and the record keeps what the model saw).
+AMUX_TOOL_RESULT_MAX_CHARS = env.int("AMUX_TOOL_RESULT_MAX_CHARS", default=16000)
+
 # --- Feishu ----------------------------------------------------------------------------------------------
 FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")
 # Events whose X-Lark-Request-Timestamp is older than this are refused (replay protection).
