@@ -186,6 +186,10 @@ FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")
 FEISHU_MAX_EVENT_AGE_SECONDS = 5 * 60
 # Webhook bodies above this are refused (413) before lark-oapi sees them; real events are a few KiB.
 FEISHU_MAX_BODY_BYTES = env.int("FEISHU_MAX_BODY_BYTES", default=256 * 1024)
+# Long connection (G6): where the SDK asks for its websocket endpoint (Feishu: the same domain), and how often
+# `feishu_connect` re-reads the bots (enabled, disabled, re-keyed in the admin take effect within this).
+FEISHU_LONG_CONNECTION_DOMAIN = env("FEISHU_LONG_CONNECTION_DOMAIN", default="")
+FEISHU_LONG_CONNECTION_RECONCILE_SECONDS = env.float("FEISHU_LONG_CONNECTION_RECONCILE_SECONDS", default=30.0)
 # The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
 CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}
