@@ -11,7 +11,8 @@ What the real SDK (`lark_oapi.ws.Client`) talks to, read from lark_oapi/ws/clien
   is `{"code": 200, ...}` (500 when its handler raised). The client pings with CONTROL frames (method 0).
 
 Like Feishu, an event pushed but not acknowledged when the connection drops is pushed again on the next
-connection; `redeliver()` pushes an acknowledged one again (Feishu's redelivery after a lost ack).
+connection, and one acknowledged with an error (500: the handler raised) is pushed again after
+`redeliver_after_seconds`; `redeliver()` pushes an acknowledged one again (Feishu's redelivery after a lost ack).
 """
 
 import asyncio
@@ -72,7 +73,9 @@ class FeishuWsStub:
         reconnect_nonce: int = 0,
         reconnect_interval: int = 1,
         ping_interval: int = 120,
+        redeliver_after_seconds: float = 0.5,
     ) -> None:
+        self.redeliver_after_seconds = redeliver_after_seconds
         self.app_secrets = dict(app_secrets or {})  # app_id -> secret; an unknown app id is refused
         self.client_config = {
             "ReconnectCount": -1,
@@ -208,6 +211,11 @@ class FeishuWsStub:
                         if code == 200 and event.acked_at is None:
                             event.acked_at = time.perf_counter()
                     self._lock.notify_all()
+                if event is not None and code != 200 and event.acked_at is None:
+                    # Feishu pushes an event again when its handler answered an error.
+                    self._loop.call_later(
+                        self.redeliver_after_seconds, lambda f=event.frame_id: asyncio.ensure_future(self._push(f))
+                    )
         except websockets.ConnectionClosed:
             pass
         finally:
