@@ -220,11 +220,15 @@ def run() -> None:
 
         # 2. webhook ack while the worker runs 2-second model calls
         slow_url = f"{base}/feishu/webhook/{slow_bot.slug}/"
-        slow_latencies = []
+        slow_latencies, ping_latencies = [], []
         slow_started = time.monotonic()
         for index in range(SLOW_EVENTS):
             request = event_request_build(payload=payload(slow_bot, index, "slow"), encrypt_key="key-slow")
             slow_latencies.append(_post(slow_url, request))
+            ping_started = time.perf_counter()  # the trivial view on the same server: the machine's floor
+            with urllib.request.urlopen(f"{base}/feishu/ping/", timeout=30) as response:
+                response.read()
+            ping_latencies.append(time.perf_counter() - ping_started)
             time.sleep(SLOW_GAP_SECONDS)
         running_at_end = Turn.objects.filter(bot=slow_bot, status__in=["queued", "running"]).count()
         model_calls_during = len(llm.requests_for("openai_chat"))
@@ -254,7 +258,8 @@ def run() -> None:
         f"{model_calls_during} model calls started in the {slow_window:.1f} s window, {running_at_end} turns still "
         f"queued/running at its end (goal p99 < 100 ms: {'met' if slow_stats['p99_ms'] < 100 else 'NOT met'})"
     )
-    print(f"(logs and databases in {work})")
+    print(f"trivial view (GET /feishu/ping/) on the same server in the same window: {_percentiles(ping_latencies)}")
+    print(f"(logs and databases in {work}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":
