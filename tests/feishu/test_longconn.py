@@ -255,3 +255,36 @@ def test_g6_supervisor_starts_stops_and_restarts_children_as_bots_change():
     # then: stop_all ends every child
     assert supervisor.children == {}
     assert all(process.poll() is not None for process in processes)
+
+
+def test_g6_a_store_slower_than_the_ack_window_is_redelivered_and_kept_once(
+    feishu_stub, ws_stub, long_connection_bot, connect, monkeypatch
+):
+    # given: the first store takes longer than the processor waits (a locked database, say)
+    from amuxweb.feishu import longconn
+
+    real_store = longconn.captured_event_store
+    calls = []
+
+    def slow_first_store(**kwargs):
+        calls.append(kwargs["event"]["event"]["message"]["message_id"])
+        if len(calls) == 1:
+            # the first processor already waits with 0.3 s; redeliveries wait long enough for this machine
+            monkeypatch.setattr(longconn, "STORE_TIMEOUT_SECONDS", 60.0)
+            time.sleep(0.6)
+        return real_store(**kwargs)
+
+    monkeypatch.setattr(longconn, "STORE_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(longconn, "captured_event_store", slow_first_store)
+    bot = long_connection_bot
+    connection = connect(bot)
+    # when
+    frame_id = ws_stub.push(dm_payload(bot, message_id="om_slow_store"))
+    ws_stub.wait_acked([frame_id], timeout=15)
+    connection.flush()
+    # then: acked 500 (Feishu redelivers), then 200; stored once, answered once
+    assert ws_stub.events[frame_id].ack_codes == [500, 200]
+    assert calls == ["om_slow_store", "om_slow_store"]
+    assert InboundEvent.objects.filter(bot=bot).count() == 1
+    assert Turn.objects.filter(bot=bot).count() == 1
+    assert len(feishu_stub.sent) == 1
