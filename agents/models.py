@@ -75,6 +75,10 @@ class Bot(models.Model):
         OFF = "off", "Off (ungated)"
         MODEL = "model", "Model (the probe model below)"
 
+    class FeishuEventMode(models.TextChoices):
+        WEBHOOK = "webhook", "Webhook (Feishu posts to a public URL)"
+        LONG_CONNECTION = "long_connection", "Long connection (no public URL needed)"
+
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=100)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bots")
@@ -108,6 +112,15 @@ class Bot(models.Model):
     feishu_verification_token = EncryptedTextField(blank=True)
     # The bot's own open_id, read once from Feishu's bot info API (F6): tells @this-bot and echoes apart.
     feishu_bot_open_id = models.CharField(max_length=64, blank=True)
+    # How Feishu delivers this app's events (G6): a webhook needs a public URL; a long connection is dialled out
+    # by `manage.py feishu_connect` and needs none. Both store through the same handler and dedupe.
+    feishu_event_mode = models.CharField(
+        max_length=16,
+        choices=FeishuEventMode.choices,
+        default=FeishuEventMode.WEBHOOK,
+        help_text="Webhook: Feishu posts to /feishu/webhook/<slug>/ (needs a public HTTPS URL). Long connection: "
+        "the hub dials out to Feishu (no public URL; run `manage.py feishu_connect`, which `make run` starts).",
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

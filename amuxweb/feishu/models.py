@@ -112,3 +112,33 @@ class OutboundDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery {self.uuid} ({self.status})"
+
+
+class FeishuConnection(models.Model):
+    """The long connection of one bot's Feishu app (G6), as `manage.py feishu_connect` last saw it.
+
+    One row per bot, written by the bot's connection child process (several hub nodes may each hold a
+    connection of the same app; the row then shows whichever wrote last). Read-only in the admin.
+    """
+
+    class State(models.TextChoices):
+        CONNECTING = "connecting", "Connecting"
+        CONNECTED = "connected", "Connected"
+        RECONNECTING = "reconnecting", "Reconnecting"
+        STOPPED = "stopped", "Stopped"
+        FAILED = "failed", "Failed"
+
+    bot = models.OneToOneField("agents.Bot", on_delete=models.CASCADE, related_name="feishu_connection")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.CONNECTING)
+    connected_since = models.DateTimeField(null=True, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    events_received = models.PositiveIntegerField(default=0)
+    reconnects = models.PositiveIntegerField(default=0, help_text="Reconnections since the process started.")
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.bot_id}: {self.state}"

@@ -1,8 +1,13 @@
-"""lark-oapi's EventDispatcherHandler, one per bot, with our policy around `handler.do(RawRequest)` (F1).
+"""lark-oapi's EventDispatcherHandler, one per bot, with our policy around `handler.do(RawRequest)` (F1, G6).
 
-lark-oapi answers the challenge, checks the verification token and the signature, and decrypts. Its
-processor only captures the decoded event into a context variable: it cannot raise, so lark-oapi never
-turns our failure into a 500 that invites Feishu's retries. The view stores the captured event afterwards.
+Both intakes build their handler with `event_handler_build` and store with `captured_event_store`, so the
+event types, the parsing and the store (dedupe on message_id) are one code path:
+- webhook: lark-oapi answers the challenge, checks the verification token and the signature, and decrypts.
+  Its processor only captures the decoded event into a context variable: it cannot raise, so lark-oapi never
+  turns our failure into a 500 that invites Feishu's retries. The view stores the captured event afterwards.
+- long connection (amuxweb.feishu.longconn): the authenticated websocket replaces the signature; the SDK calls
+  the processor on its event loop before it acknowledges the frame, so the processor stores (and enqueues on
+  commit) right there; a storage failure raises, the SDK answers 500 and Feishu redelivers.
 """
 
 import contextvars
@@ -10,6 +15,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +24,8 @@ from lark_oapi.core.model import RawRequest
 from lark_oapi.event.custom import CustomizedEvent
 
 from agents.models import Bot
+from amuxweb.feishu.models import InboundEvent
+from amuxweb.feishu.services.intake import inbound_event_store
 from amuxweb.feishu.signing import HEADER_TIMESTAMP
 
 logger = logging.getLogger(__name__)
@@ -73,14 +81,19 @@ def _capture(data: CustomizedEvent) -> None:
     _captured.set(data)
 
 
-def _handler_build(bot: Bot) -> lark.EventDispatcherHandler:
+def event_handler_build(*, bot: Bot, processor: Callable[[CustomizedEvent], None]) -> lark.EventDispatcherHandler:
+    """The one handler builder of both intakes: the bot's keys and every HANDLED_EVENT_TYPES to `processor`."""
     # CRITICAL: lark-oapi would log a traceback for every refused request; the view logs one structured line.
     builder = lark.EventDispatcherHandler.builder(
         bot.feishu_encrypt_key or "", bot.feishu_verification_token or "", lark.LogLevel.CRITICAL
     )
     for event_type in HANDLED_EVENT_TYPES:
-        builder = builder.register_p2_customized_event(event_type, _capture)
+        builder = builder.register_p2_customized_event(event_type, processor)
     return builder.build()
+
+
+def _handler_build(bot: Bot) -> lark.EventDispatcherHandler:
+    return event_handler_build(bot=bot, processor=_capture)
 
 
 def event_handler_get(*, bot: Bot) -> lark.EventDispatcherHandler:
@@ -94,7 +107,8 @@ def event_handler_get(*, bot: Bot) -> lark.EventDispatcherHandler:
     return handler
 
 
-def _event_dict(data: CustomizedEvent) -> dict[str, Any]:
+def event_dict(data: CustomizedEvent) -> dict[str, Any]:
+    """The decoded event as stored: schema 2.0, the header without its verification token, the event body."""
     header = data.header
     return {
         "schema": "2.0",
@@ -155,7 +169,7 @@ def webhook_handle(
             return WebhookOutcome(200, {"challenge": answer["challenge"]})
         if captured is None:
             return WebhookOutcome(200, {"msg": "ignored"})
-        return WebhookOutcome(200, {"msg": "success"}, event=_event_dict(captured))
+        return WebhookOutcome(200, {"msg": "success"}, event=event_dict(captured))
 
     reason = str(answer.get("msg", ""))
     if reason.startswith("processor not found"):
@@ -165,3 +179,25 @@ def webhook_handle(
     if "token" in reason or "signature" in reason:
         return WebhookOutcome(401, {"message": "Verification failed.", "extra": {"reason": reason[:200]}})
     return WebhookOutcome(400, {"message": "Event could not be read.", "extra": {"reason": reason[:200]}})
+
+
+def captured_event_store(*, bot: Bot, event: dict[str, Any]) -> InboundEvent | None:
+    """Store one decoded event (webhook or long connection) and enqueue it on commit; None when it is ignored.
+
+    An authenticated event without a message_id is shapeless: None, nothing stored, and the caller
+    acknowledges it so Feishu stops redelivering a payload we never accept. A DatabaseError propagates:
+    nothing was stored, and the caller's non-acknowledgement makes Feishu redeliver.
+    """
+    body = event.get("event")
+    message = body.get("message") if isinstance(body, dict) else None
+    message_id = message.get("message_id") if isinstance(message, dict) else None
+    if not isinstance(message_id, str) or not message_id:
+        return None
+    stored, _ = inbound_event_store(
+        bot=bot,
+        event_id=event["header"]["event_id"][:64],
+        message_id=message_id[:64],
+        event_type=event["header"]["event_type"][:64],
+        payload=event,
+    )
+    return stored

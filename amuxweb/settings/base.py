@@ -1,8 +1,12 @@
 """Settings for every environment, read from the environment (and `.env` when present).
 
-The embedded default needs nothing set: SQLite under var/, Celery eager, DEBUG on only when asked.
+This module is production-safe by itself (DEBUG off, SECRET_KEY required); `amuxweb.settings.production` is
+its explicit name, and `amuxweb.settings.local` (manage.py's default) turns DEBUG on for a fresh clone.
+The embedded default needs nothing set: SQLite under var/, a broker in a SQLite file beside it (no server).
 Production sets DATABASE_URL, REDIS_URL, SECRET_KEY, FIELD_ENCRYPTION_KEY and ALLOWED_HOSTS.
 """
+
+from pathlib import Path
 
 from amuxweb.env import BASE_DIR, env
 
@@ -13,7 +17,10 @@ SECRET_KEY = env("SECRET_KEY", default="insecure-local-key-set-SECRET_KEY-in-pro
 if not SECRET_KEY:
     from django.core.exceptions import ImproperlyConfigured
 
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set when DEBUG is off. These are the production settings; for a local run use "
+        "DJANGO_SETTINGS_MODULE=amuxweb.settings.local (manage.py's default) or set DEBUG=true."
+    )
 
 # Fernet keys (comma separated, newest first) that encrypt secrets at rest; derived from SECRET_KEY when unset.
 FIELD_ENCRYPTION_KEY = env.list("FIELD_ENCRYPTION_KEY", default=[])
@@ -71,8 +78,12 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # WAL lets the web process and an eager worker read while one writes.
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20})
+    # WAL lets the web process, the worker and feishu_connect read while one writes. IMMEDIATE: a transaction
+    # takes the write lock when it begins and waits (timeout) for it, instead of failing at once with "database
+    # is locked" when its read must become a write while another process writes (the embedded default's worker).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20, "transaction_mode": "IMMEDIATE"}
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -127,17 +138,35 @@ SPECTACULAR_SETTINGS = {
 
 # --- Celery ----------------------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL", default="")
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+# Without Redis: kombu's SQLAlchemy transport on its own SQLite file (beside the SQLite database, or under var/),
+# so the embedded default queues tasks to a real worker like production does and the webhook answers without
+# waiting for a turn. Its own file: the broker's writes never wait for the hub database's single SQLite writer.
+# Polled every AMUX_EMBEDDED_BROKER_POLL_SECONDS (the latency a task waits at most before a worker sees it).
+_database_file = DATABASES["default"]["NAME"] if DATABASES["default"]["ENGINE"].endswith("sqlite3") else ""
+EMBEDDED_BROKER_FILE = env(
+    "AMUX_EMBEDDED_BROKER_FILE",
+    default=str(
+        (Path(_database_file).parent if _database_file and _database_file != ":memory:" else BASE_DIR / "var")
+        / "celery-broker.sqlite3"
+    ),
+)
+CELERY_BROKER_URL = REDIS_URL or f"sqlite:///{EMBEDDED_BROKER_FILE}"
+if not REDIS_URL:
+    CELERY_BROKER_TRANSPORT = "amuxweb.embedded_broker:Transport"
+AMUX_EMBEDDED_BROKER_POLL_SECONDS = env.float("AMUX_EMBEDDED_BROKER_POLL_SECONDS", default=0.1)
 CELERY_RESULT_BACKEND = None
-# Without Redis the hub runs every task in-process, right away: the embedded default needs no broker.
-CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+# Tasks always go to a broker; only the test settings run them eagerly in-process.
+CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_EAGER_PROPAGATES = env.bool("CELERY_TASK_EAGER_PROPAGATES", default=False)
 CELERY_TASK_TIME_LIMIT = 5 * 60
 CELERY_TASK_SOFT_TIME_LIMIT = 4 * 60
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 # With acks_late tasks, a killed worker's message comes back after this long (Redis transport).
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)}
+# (The embedded SQLAlchemy transport takes none: kombu would hand them to SQLAlchemy's create_engine.)
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)} if REDIS_URL else {}
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
@@ -179,9 +208,9 @@ CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
 }
 # The discuss wake's tasks live in the bridge's discuss module, which autodiscovery (tasks.py) does not import.
 CELERY_IMPORTS = ("amuxweb.feishu.discuss",)
-# Without a broker (Celery eager, the embedded default) nothing runs a task later: a debounced discuss wake is
-# then fired by an in-process timer thread instead of a task with an eta.
-AMUX_DISCUSS_WAKE_TIMER = True
+# A debounced discuss wake is a task with an eta. Only without a broker (Celery eager) would nothing run it later
+# and an in-process timer thread be needed; every environment now has a broker (the embedded one at least).
+AMUX_DISCUSS_WAKE_TIMER = CELERY_TASK_ALWAYS_EAGER
 
 # --- Tools through MCP (M1, M2): the turn's tool loop bounds; a server may tighten them -------------------
 AMUX_TOOL_MAX_STEPS = env.int("AMUX_TOOL_MAX_STEPS", default=8)
@@ -197,6 +226,10 @@ FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")
 FEISHU_MAX_EVENT_AGE_SECONDS = 5 * 60
 # Webhook bodies above this are refused (413) before lark-oapi sees them; real events are a few KiB.
 FEISHU_MAX_BODY_BYTES = env.int("FEISHU_MAX_BODY_BYTES", default=256 * 1024)
+# Long connection (G6): where the SDK asks for its websocket endpoint (Feishu: the same domain), and how often
+# `feishu_connect` re-reads the bots (enabled, disabled, re-keyed in the admin take effect within this).
+FEISHU_LONG_CONNECTION_DOMAIN = env("FEISHU_LONG_CONNECTION_DOMAIN", default="")
+FEISHU_LONG_CONNECTION_RECONCILE_SECONDS = env.float("FEISHU_LONG_CONNECTION_RECONCILE_SECONDS", default=30.0)
 # The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
 CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}

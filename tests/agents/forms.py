@@ -17,6 +17,7 @@ def bot_admin_form_data(bot: Bot, **changes) -> dict:
         "discuss_probe_model": bot.discuss_probe_model_id or "",
         "probe_debounce_initial_ms": "",
         "probe_debounce_max_ms": "",
+        "feishu_event_mode": bot.feishu_event_mode,
         "feishu_app_id": bot.feishu_app_id,
         "feishu_bot_open_id": bot.feishu_bot_open_id,
         "feishu_app_secret": "",
