@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0006_bot_feishu_event_mode'),
+        ('agents', '0008_bot_feishu_event_mode'),
         ('feishu', '0003_inboundevent_received_index'),
     ]
 
