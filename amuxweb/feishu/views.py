@@ -10,7 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from amuxweb.feishu.services import inbound_event_store
-from amuxweb.feishu.webhook import webhook_bot_get, webhook_handle
+from amuxweb.feishu.webhook import event_dedupe_key, webhook_bot_get, webhook_handle
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +52,8 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         max_age_seconds=settings.FEISHU_MAX_EVENT_AGE_SECONDS,
     )
     if outcome.event is not None:
-        event = outcome.event.get("event")
-        message = event.get("message") if isinstance(event, dict) else None
-        message_id = message.get("message_id") if isinstance(message, dict) else None
-        if not isinstance(message_id, str) or not message_id:
+        message_id = event_dedupe_key(outcome.event)  # a message's id, or a key for a recall / membership event
+        if message_id is None:
             # Authenticated but shapeless: acknowledge so Feishu stops retrying a payload we never accept.
             return JsonResponse({"msg": "ignored"})
         try:
