@@ -8,7 +8,6 @@ the messages of its timeline their senders recalled (G7), so explain says why th
 from __future__ import annotations
 
 import unicodedata
-
 from datetime import datetime
 
 from threadcontext.models import ThreadContextDecision, ThreadEvent

@@ -66,6 +66,14 @@ class Workspace(models.Model):
     def __str__(self) -> str:
         return self.name or self.chat_id
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        ids = self.allowed_open_ids
+        if not isinstance(ids, list) or not all(isinstance(value, str) and value.strip() for value in ids):
+            raise ValidationError({"allowed_open_ids": 'A JSON list of open ids, e.g. ["ou_1234"]; [] for everyone.'})
+        self.allowed_open_ids = [value.strip() for value in ids]
+
     @property
     def is_chat_mode_known(self) -> bool:
         return bool(self.chat_mode)

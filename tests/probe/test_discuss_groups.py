@@ -325,7 +325,9 @@ def test_g7_recalled_message_is_gone_from_the_next_decision_and_explain_says_so(
     feishu, group_bot, llm_stub, django_capture_on_commit_callbacks
 ):
     # given: two main-timeline messages, one then recalled by its sender
-    Workspace.objects.create(bot_profile=group_bot.slug, chat_id=PLAIN, shared_thread_enabled=True, reply_mode="mention")
+    Workspace.objects.create(
+        bot_profile=group_bot.slug, chat_id=PLAIN, shared_thread_enabled=True, reply_mode="mention"
+    )
     feishu.say(group_bot, text="the password is hunter2", chat_id=PLAIN, message_id="om_oops")
     feishu.say(group_bot, text="the build is red", chat_id=PLAIN, message_id="om_ok")
     recalled = fixture_payload("bot_added_to_chat", bot=group_bot)
