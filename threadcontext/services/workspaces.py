@@ -20,6 +20,14 @@ from threadcontext.selectors import workspace_cache_forget, workspace_get
 logger = logging.getLogger(__name__)
 
 
+def _default_mode() -> str:
+    mode = settings.AMUX_WORKSPACE_DEFAULT_MODE
+    if mode not in Workspace.Mode.values:
+        logger.warning("AMUX_WORKSPACE_DEFAULT_MODE is not a workspace mode; using shared", extra={"value": mode})
+        return Workspace.Mode.SHARED
+    return mode
+
+
 def workspace_ensure(*, bot_profile: str, chat_id: str, name: str = "") -> tuple[Workspace, bool]:
     """The bot's workspace for a group, created with the hub's defaults when it has none (G2). (workspace, created)
 
@@ -35,7 +43,7 @@ def workspace_ensure(*, bot_profile: str, chat_id: str, name: str = "") -> tuple
                 bot_profile=bot_profile,
                 chat_id=chat_id,
                 name=name[:200],
-                mode=settings.AMUX_WORKSPACE_DEFAULT_MODE,
+                mode=_default_mode(),
                 thread_context_limit=settings.AMUX_THREAD_CONTEXT_LIMIT,
                 is_created_automatically=True,
             )
