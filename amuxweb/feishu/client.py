@@ -272,3 +272,31 @@ class _RawResult:
 
     def success(self) -> bool:
         return self.code == 0
+
+
+@dataclass(frozen=True)
+class ChatInfo:
+    """What `im.v1.chat.get` says about a group: its name and whether every message there is a topic (G1)."""
+
+    name: str
+    chat_mode: str  # "group" | "topic" | "p2p"
+    group_message_type: str  # "chat" | "thread" ("" when Feishu does not say)
+
+    @property
+    def is_topic_chat(self) -> bool:
+        """A topic group (chat_mode "topic") or a group in topic form (group_message_type "thread")."""
+        return self.chat_mode == "topic" or self.group_message_type == "thread"
+
+
+def chat_get(*, bot: Bot, chat_id: str, sleep: Callable[[float], None] | None = None) -> ChatInfo:
+    """`GET /open-apis/im/v1/chats/{chat_id}`: the group's name and mode (G1); read once per workspace."""
+    from lark_oapi.api.im.v1 import GetChatRequest
+
+    request = GetChatRequest.builder().chat_id(chat_id).build()
+    response = feishu_call(bot=bot, operation="chat.get", call=lambda c: c.im.v1.chat.get(request), sleep=sleep)
+    data = response.data
+    return ChatInfo(
+        name=(data.name if data else "") or "",
+        chat_mode=(data.chat_mode if data else "") or "",
+        group_message_type=(data.group_message_type if data else "") or "",
+    )

@@ -61,6 +61,8 @@ class DiscussWake(models.Model):
     deadline_at = models.DateTimeField(help_text="The debounce never extends past this.")
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
+    # When the beat sweeper last enqueued a fire task for it: a busy queue is not flooded with copies every 5 s.
+    swept_at = models.DateTimeField(null=True, blank=True)
     turn = models.ForeignKey("agents.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -30,8 +30,14 @@ from amuxweb.feishu.signing import HEADER_TIMESTAMP
 
 logger = logging.getLogger(__name__)
 
-# The event types the bridge handles; every other type is acknowledged with 200 and ignored.
-HANDLED_EVENT_TYPES = ("im.message.receive_v1",)
+# The event types the bridge handles; every other type is acknowledged with 200 and ignored. Routing dispatches
+# on them (amuxweb.feishu.services.routing.inbound_event_route).
+HANDLED_EVENT_TYPES = (
+    "im.message.receive_v1",
+    "im.message.recalled_v1",  # G7: the message leaves thread context
+    "im.chat.member.bot.added_v1",  # G2: the group's workspace is created (or restored)
+    "im.chat.member.bot.deleted_v1",  # G2: ... and retired
+)
 
 _captured: contextvars.ContextVar[CustomizedEvent | None] = contextvars.ContextVar("feishu_captured", default=None)
 _handlers: dict[int, tuple[Any, lark.EventDispatcherHandler]] = {}
@@ -123,6 +129,27 @@ def event_dict(data: CustomizedEvent) -> dict[str, Any]:
     }
 
 
+def event_dedupe_key(event: dict[str, Any]) -> str | None:
+    """The key a captured event is stored once under (InboundEvent.message_id, unique per bot); None: shapeless.
+
+    A message: its message_id (F2: Feishu replays a message under new event ids). A recall: "recalled:" + the
+    recalled message's id (the message itself already holds the plain id). Membership events carry no message:
+    "event:" + the event_id, which Feishu keeps across its retries of one event.
+    """
+    header = event.get("header") if isinstance(event.get("header"), dict) else {}
+    body = event.get("event") if isinstance(event.get("event"), dict) else {}
+    event_type = header.get("event_type")
+    if event_type == "im.message.receive_v1":
+        message = body.get("message")
+        message_id = message.get("message_id") if isinstance(message, dict) else None
+        return message_id[:64] if isinstance(message_id, str) and message_id else None
+    if event_type == "im.message.recalled_v1":
+        message_id = body.get("message_id")
+        return f"recalled:{message_id}"[:64] if isinstance(message_id, str) and message_id else None
+    event_id = header.get("event_id")
+    return f"event:{event_id}"[:64] if isinstance(event_id, str) and event_id else None
+
+
 def _timestamp_is_stale(headers: dict[str, str], *, max_age_seconds: int, now: float) -> bool:
     raw = headers.get(HEADER_TIMESTAMP)
     if raw is None:
@@ -184,19 +211,17 @@ def webhook_handle(
 def captured_event_store(*, bot: Bot, event: dict[str, Any]) -> InboundEvent | None:
     """Store one decoded event (webhook or long connection) and enqueue it on commit; None when it is ignored.
 
-    An authenticated event without a message_id is shapeless: None, nothing stored, and the caller
+    An authenticated event without its dedupe key (event_dedupe_key) is shapeless: None, nothing stored, and the caller
     acknowledges it so Feishu stops redelivering a payload we never accept. A DatabaseError propagates:
     nothing was stored, and the caller's non-acknowledgement makes Feishu redeliver.
     """
-    body = event.get("event")
-    message = body.get("message") if isinstance(body, dict) else None
-    message_id = message.get("message_id") if isinstance(message, dict) else None
-    if not isinstance(message_id, str) or not message_id:
+    message_id = event_dedupe_key(event)  # a message's id, or a key for a recall / membership event
+    if message_id is None:
         return None
     stored, _ = inbound_event_store(
         bot=bot,
         event_id=event["header"]["event_id"][:64],
-        message_id=message_id[:64],
+        message_id=message_id,
         event_type=event["header"]["event_type"][:64],
         payload=event,
     )

@@ -178,6 +178,12 @@ AMUX_MAX_AGENT_OUTPUT_CHARS = 20000
 AMUX_MAX_CONTEXT_CHARS = 24000
 AMUX_QUOTED_REPLY_MAX_RUNES = 12000
 AMUX_THREAD_CONTEXT_LIMIT = 20
+# G2: a group's workspace is created with these defaults on the bot's first message there (or when it is added).
+AMUX_WORKSPACE_DEFAULT_MODE = env("AMUX_WORKSPACE_DEFAULT_MODE", default="shared")
+# G5: how long a process caches a workspace's reply policy (a save in the same process drops it at once).
+AMUX_WORKSPACE_CACHE_SECONDS = env.int("AMUX_WORKSPACE_CACHE_SECONDS", default=60)
+# G1: after a failed im.v1.chat.get, the chat's mode is read again after this long.
+AMUX_FEISHU_CHAT_MODE_RETRY_SECONDS = env.int("AMUX_FEISHU_CHAT_MODE_RETRY_SECONDS", default=3600)
 AMUX_FEISHU_TOPIC_ROOT_ENABLED = env.bool("AMUX_FEISHU_TOPIC_ROOT_ENABLED", default=True)
 AMUX_FEISHU_SHARED_THREAD_ENABLED = env.bool("AMUX_FEISHU_SHARED_THREAD_ENABLED", default=False)
 # C13: the daily retention sweep for quiet hubs (writes also prune, at most once a minute per process).

@@ -160,6 +160,7 @@ def test_f1_undecryptable_body_is_a_4xx(client, make_feishu_bot):
 def test_f1_unknown_event_type_is_acknowledged_and_ignored(feishu, make_feishu_bot):
     bot = make_feishu_bot()
     payload = fixture_payload("bot_added_to_chat", bot=bot)
+    payload["header"]["event_type"] = "im.message.reaction.created_v1"  # a type the bridge does not handle
 
     response = feishu.post(bot, payload)
 

@@ -1,7 +1,7 @@
 """A local Feishu Open API on 127.0.0.1 for tests, demos and the benchmark (F4).
 
 Routes (reference doc §7): tenant_access_token/internal, bot/v3/info, im/v1/messages (create),
-im/v1/messages/:id/reply, im/v1/messages/:id (get). Every request is recorded; errors can be injected
+im/v1/messages/:id/reply, im/v1/messages/:id (get), im/v1/chats/:id (get: chat_set / DEFAULT_CHAT). Every request is recorded; errors can be injected
 per route; a `uuid` already used returns the first message again and sends nothing, as Feishu does.
 The real lark-oapi client talks to it through `settings.FEISHU_DOMAIN`.
 """
@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 BOT_INFO_PATH = "/open-apis/bot/v3/info"
 MESSAGES_PATH = "/open-apis/im/v1/messages"
+CHATS_PATH = "/open-apis/im/v1/chats"
 
 
 @dataclass
@@ -52,6 +53,8 @@ def route_of(method: str, path: str) -> str:
         return "reply"
     if path.startswith(MESSAGES_PATH + "/") and method == "GET":
         return "get"
+    if path.startswith(CHATS_PATH + "/") and method == "GET":
+        return "chat_get"
     return "unknown"
 
 
@@ -146,7 +149,29 @@ class FeishuStub:
                 return 200, {"code": 0, "msg": "success", "data": {"items": [message]}}, {}
             if route in ("reply", "create"):
                 return self._send(request, route, app_id)
+            if route == "chat_get":
+                return self._chat_get(request)
             return 404, {"code": 404, "msg": "no such route in the stub"}, {}
+
+    # --- im.v1.chat.get (G1): a chat's mode; `chats` holds what tests set, anything else is DEFAULT_CHAT ---------
+    # The default is a topic group: the suite's seed flows (seed 002) are topic groups; ordinary-group tests say so
+    # with chat_set(chat_id, chat_mode="group").
+    DEFAULT_CHAT = {"chat_mode": "topic", "group_message_type": "thread"}
+
+    def chat_set(
+        self, chat_id: str, *, chat_mode: str = "group", group_message_type: str = "chat", name: str = ""
+    ) -> None:
+        with self.lock:
+            self.__dict__.setdefault("chats", {})[chat_id] = {
+                "chat_mode": chat_mode,
+                "group_message_type": group_message_type,
+                "name": name or chat_id,
+            }
+
+    def _chat_get(self, request: RecordedRequest) -> tuple[int, dict[str, Any], dict[str, str]]:
+        chat_id = unquote(request.path.rsplit("/", 1)[1])
+        chat = self.__dict__.get("chats", {}).get(chat_id) or {**self.DEFAULT_CHAT, "name": chat_id}
+        return 200, {"code": 0, "msg": "success", "data": dict(chat)}, {}
 
     def _token(self, request: RecordedRequest) -> tuple[int, dict[str, Any], dict[str, str]]:
         body = request.body if isinstance(request.body, dict) else {}
