@@ -1,6 +1,7 @@
 """Bots, LLM providers and models, threads and messages (with their visibility mask), turns, automations."""
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -69,6 +70,10 @@ class Bot(models.Model):
         MENTION = "mention", "Only when @-mentioned or replied to"
         DISCUSS = "discuss", "Discuss: may speak on its own (probe gated)"
 
+    class ReplyFormat(models.TextChoices):
+        MARKDOWN_CARD = "markdown_card", "Markdown card (renders headings, lists, code)"
+        TEXT = "text", "Plain text"
+
     class ProbeMode(models.TextChoices):
         INHERIT = "inherit", "Inherit (owner's title model)"
         OFF = "off", "Off (ungated)"
@@ -107,6 +112,22 @@ class Bot(models.Model):
     feishu_verification_token = EncryptedTextField(blank=True)
     # The bot's own open_id, read once from Feishu's bot info API (F6): tells @this-bot and echoes apart.
     feishu_bot_open_id = models.CharField(max_length=64, blank=True)
+    # How Feishu replies look (R2) and the receipt reactions (R1); emoji names are Feishu's emoji_type values.
+    reply_format = models.CharField(max_length=16, choices=ReplyFormat.choices, default=ReplyFormat.MARKDOWN_CARD)
+    receipt_emoji = models.CharField(
+        max_length=32,
+        blank=True,
+        default="OnIt",
+        validators=[RegexValidator(r"^[A-Za-z_]+$", "A Feishu emoji_type such as OnIt.")],
+        help_text="Reaction added to a message when its turn starts, removed on delivery. Empty: none.",
+    )
+    failure_emoji = models.CharField(
+        max_length=32,
+        blank=True,
+        default="CrossMark",
+        validators=[RegexValidator(r"^[A-Za-z_]+$", "A Feishu emoji_type such as CrossMark.")],
+        help_text="Reaction that replaces the receipt when the turn fails. Empty: none.",
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

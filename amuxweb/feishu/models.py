@@ -112,3 +112,19 @@ class OutboundDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery {self.uuid} ({self.status})"
+
+
+class SendBudgetBucket(models.Model):
+    """One token bucket of the send budget (R4) on the embedded default (no Redis): per chat or per app.
+
+    Changed only by a compare-and-swap on `version` (amuxweb.feishu.outbound.budget), so two workers never
+    both spend the last token.
+    """
+
+    key = models.CharField(max_length=160, unique=True)
+    tokens = models.FloatField()
+    refilled_at = models.FloatField()  # epoch seconds of the last refill
+    version = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.key
