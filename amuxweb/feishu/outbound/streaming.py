@@ -199,8 +199,16 @@ class StreamingCard:
             return False
         return True
 
+    def _rest_start(self) -> int:
+        """Where the current card's share of the answer starts: a continued card skips the blank lines."""
+        start = self.state.offset
+        if self.state.card_index:
+            while start < len(self._text) and self._text[start] == "\n":
+                start += 1
+        return start
+
     def _body(self) -> str:
-        return self.state.carry + self._text[self.state.offset :]
+        return self.state.carry + self._text[self._rest_start() :]
 
     def _push(self, body: str) -> bool:
         state = self.state
@@ -287,10 +295,7 @@ class StreamingCard:
             if body != state.shown:
                 self._push_closing(body)
             self._close_current(summary_of=body)
-        consumed = cut - len(state.carry)
-        offset = state.offset + max(0, consumed)
-        while offset < len(self._text) and self._text[offset] == "\n":
-            offset += 1
+        offset = self._rest_start() + max(0, cut - len(state.carry))
         state.closed_cards.append({"card_id": state.card_id, "message_id": state.message_id})
         state.card_id, state.message_id, state.sequence, state.shown = "", "", 0, ""
         state.card_index += 1
