@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F
 
 from amuxweb.feishu.models import SendBudgetBucket
@@ -31,9 +31,12 @@ logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "amux:sendbudget:"
 BUCKET_CAPACITY = 1.0
+# Refill arithmetic in floats lands a hair under a whole token (0.2 s x 5/s = 0.9999999999999999).
+TOKEN_EPSILON = 1e-9
 # A bucket untouched this long is full again; Redis forgets it then.
 BUCKET_IDLE_SECONDS = 60
 DB_SWAP_ATTEMPTS = 20
+DB_LOCKED_PAUSE_SECONDS = 0.005
 # A final send waits at most this long for tokens, then goes anyway: delayed, never dropped (a 429 that
 # may follow is waited out by feishu_call).
 MAX_ACQUIRE_WAIT_SECONDS = 120.0
@@ -54,11 +57,11 @@ for i = 1, #KEYS do
   local at = tonumber(saved[2]) or now
   level = math.min(capacity, level + math.max(0, now - at) * rate)
   tokens[i] = level
-  if level < 1 then wait = math.max(wait, (1 - level) / rate) end
+  if level < 1 - tonumber(ARGV[3 + #KEYS]) then wait = math.max(wait, (1 - level) / rate) end
 end
 if wait > 0 then return tostring(wait) end
 for i = 1, #KEYS do
-  redis.call('HSET', KEYS[i], 'tokens', tostring(tokens[i] - 1), 'at', tostring(now))
+  redis.call('HSET', KEYS[i], 'tokens', tostring(math.max(0, tokens[i] - 1)), 'at', tostring(now))
   redis.call('EXPIRE', KEYS[i], idle)
 end
 return '0'
@@ -89,10 +92,10 @@ def bucket_take(
         min(BUCKET_CAPACITY, level + max(0.0, now - at) * rate)
         for level, at, rate in zip(tokens, refilled_at, rates, strict=True)
     ]
-    waits = [(1 - level) / rate for level, rate in zip(levels, rates, strict=True) if level < 1]
+    waits = [(1 - level) / rate for level, rate in zip(levels, rates, strict=True) if level < 1 - TOKEN_EPSILON]
     if waits:
         return max(waits), levels
-    return 0.0, [level - 1 for level in levels]
+    return 0.0, [max(0.0, level - 1) for level in levels]
 
 
 def send_budget_try(*, chat_id: str, app_id: str) -> bool:
@@ -135,7 +138,7 @@ def _redis_take(buckets: list[Bucket]) -> float:
     script = client.register_script(_TAKE_SCRIPT)  # EVALSHA, falling back to EVAL once per server
     result = script(
         keys=[KEY_PREFIX + bucket.key for bucket in buckets],
-        args=[BUCKET_CAPACITY, BUCKET_IDLE_SECONDS, *(bucket.rate for bucket in buckets)],
+        args=[BUCKET_CAPACITY, BUCKET_IDLE_SECONDS, *(bucket.rate for bucket in buckets), TOKEN_EPSILON],
     )
     return float(result)
 
@@ -143,28 +146,44 @@ def _redis_take(buckets: list[Bucket]) -> float:
 def _database_take(buckets: list[Bucket]) -> float:
     keys = [bucket.key for bucket in buckets]
     for _attempt in range(DB_SWAP_ATTEMPTS):
-        now = time.time()
-        rows = _bucket_rows(keys=keys, now=now)
-        wait, levels = bucket_take(
-            tokens=[row.tokens for row in rows],
-            refilled_at=[row.refilled_at for row in rows],
-            rates=[bucket.rate for bucket in buckets],
-            now=now,
-        )
-        if wait > 0:
+        try:
+            wait = _database_take_once(buckets, keys=keys)
+        except OperationalError as error:
+            # SQLite answers a concurrent writer with "locked" (at once in shared-cache mode, where the busy
+            # timeout does not apply): for a bucket that is the same as losing the swap.
+            if "locked" not in str(error):
+                raise
+            time.sleep(DB_LOCKED_PAUSE_SECONDS)
+            continue
+        if wait is not None:
             return wait
-        with transaction.atomic():
-            swapped = all(
-                SendBudgetBucket.objects.filter(pk=row.pk, version=row.version).update(
-                    tokens=level, refilled_at=now, version=F("version") + 1
-                )
-                == 1
-                for row, level in zip(rows, levels, strict=True)
-            )
-            if swapped:
-                return 0.0
-            transaction.set_rollback(True)  # another worker spent first: read again and retry
     return 1.0 / max(bucket.rate for bucket in buckets)  # heavy contention: the caller waits one interval
+
+
+def _database_take_once(buckets: list[Bucket], *, keys: list[str]) -> float | None:
+    """One compare-and-swap round: the wait (0 = taken), or None when another worker spent first."""
+    now = time.time()
+    rows = _bucket_rows(keys=keys, now=now)
+    wait, levels = bucket_take(
+        tokens=[row.tokens for row in rows],
+        refilled_at=[row.refilled_at for row in rows],
+        rates=[bucket.rate for bucket in buckets],
+        now=now,
+    )
+    if wait > 0:
+        return wait
+    with transaction.atomic():
+        swapped = all(
+            SendBudgetBucket.objects.filter(pk=row.pk, version=row.version).update(
+                tokens=level, refilled_at=now, version=F("version") + 1
+            )
+            == 1
+            for row, level in zip(rows, levels, strict=True)
+        )
+        if swapped:
+            return 0.0
+        transaction.set_rollback(True)  # another worker spent first: read again and retry
+    return None
 
 
 def _bucket_rows(*, keys: list[str], now: float) -> list[SendBudgetBucket]:
