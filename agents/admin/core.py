@@ -222,6 +222,7 @@ class BotAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        ("Feishu replies", {"fields": ["reply_format", "receipt_emoji", "failure_emoji"]}),
     ]
 
     @admin.display(description="App secret")

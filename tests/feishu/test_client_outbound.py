@@ -221,9 +221,7 @@ def test_r4_the_stub_refuses_a_sixth_message_in_one_second_to_one_chat(feishu_st
     assert [m["content"] for m in feishu_stub.sent][-1] == json.dumps({"text": "6"})
 
 
-def test_issue_9_11_the_client_cache_keeps_one_entry_per_bot_replaced_on_new_credentials(
-    feishu_stub, make_feishu_bot
-):
+def test_issue_9_11_the_client_cache_keeps_one_entry_per_bot_replaced_on_new_credentials(feishu_stub, make_feishu_bot):
     # given
     bot = make_feishu_bot()
     first = feishu_client.lark_client_get(bot=bot)

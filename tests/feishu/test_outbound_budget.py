@@ -73,7 +73,9 @@ def _three_bots_send_into_one_chat(bots, stub) -> float:
         try:
             for index in range(SENDS_PER_BOT):
                 send_budget_acquire(chat_id=CHAT, app_id=bot.feishu_app_id)
-                feishu_client.message_create(bot=bot, chat_id=CHAT, text=f"{bot.slug} {index}", uuid=f"{bot.slug}-{index}")
+                feishu_client.message_create(
+                    bot=bot, chat_id=CHAT, text=f"{bot.slug} {index}", uuid=f"{bot.slug}-{index}"
+                )
         except BaseException as error:  # noqa: BLE001 - reported by the test below
             errors.append(error)
         finally:

@@ -93,7 +93,9 @@ def test_r2_markdown_card_is_valid_cardkit_json_2_with_one_markdown_element():
     assert card_json_problem(card) == ""
     assert card["schema"] == "2.0"
     assert card["config"]["summary"] == {"content": "Hi bold"}
-    assert card["body"]["elements"] == [{"tag": "markdown", "element_id": MARKDOWN_ELEMENT_ID, "content": "# Hi\n\n**bold**"}]
+    assert card["body"]["elements"] == [
+        {"tag": "markdown", "element_id": MARKDOWN_ELEMENT_ID, "content": "# Hi\n\n**bold**"}
+    ]
 
 
 def test_r2_a_long_markdown_answer_reaches_the_stub_as_valid_cards_each_with_its_own_uuid(
@@ -132,3 +134,10 @@ def test_r2_text_format_sends_plain_text_messages():
     [content] = reply_contents(text="**not rendered**", reply_format="text")
     # then
     assert (content.msg_type, content.content) == ("text", {"text": "**not rendered**"})
+
+
+def test_r2_a_bot_replies_as_a_markdown_card_unless_set_to_text(db, make_feishu_bot):
+    # when
+    bot = make_feishu_bot()
+    # then: the defaults the admin shows (R1's receipt emoji too)
+    assert (bot.reply_format, bot.receipt_emoji, bot.failure_emoji) == ("markdown_card", "OnIt", "CrossMark")
