@@ -218,10 +218,13 @@ class Turn(models.Model):
         AUTOMATION = "automation", "Automation"
 
     class Status(models.TextChoices):
+        # L1: queued -> running -> replied -> delivered | delivery_failed | failed (+ skipped). "Delivered" means a
+        # person can see it: a Feishu reply posted, a REST or automation reply stored (nothing more to deliver).
         QUEUED = "queued", "Queued"
-        GATED = "gated", "Gated (probe declined)"
         RUNNING = "running", "Running"
+        REPLIED = "replied", "Replied (not delivered yet)"
         DELIVERED = "delivered", "Delivered"
+        DELIVERY_FAILED = "delivery_failed", "Delivery failed"
         FAILED = "failed", "Failed"
         SKIPPED = "skipped", "Skipped"
 
@@ -241,7 +244,7 @@ class Turn(models.Model):
     retry_history = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     queued_at = models.DateTimeField(auto_now_add=True)
-    # When turn_run_task was last handed to the broker (REST enqueue or the sweeper); null when never, or when
+    # When turn_run_task was last handed to the broker (on creation or by the sweeper); null when never, or when
     # the broker refused it. turns_sweep re-enqueues only once a healthy broker could no longer be holding it.
     enqueued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -250,6 +253,12 @@ class Turn(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # How many times turns_sweep re-enqueued the turn after it was left running; capped, then the turn fails.
     sweeps = models.PositiveSmallIntegerField(default=0)
+    # When the reply was stored (status replied); the sweeper resumes delivery of a reply left undelivered.
+    replied_at = models.DateTimeField(null=True, blank=True)
+    # Delivery attempts of the stored reply (same uuids each time); capped, then delivery_failed.
+    delivery_attempts = models.PositiveSmallIntegerField(default=0)
+    # What the channel noted when it prepared the turn, for its delivery (Feishu: whether the topic root went in).
+    channel_state = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [

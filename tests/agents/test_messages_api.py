@@ -230,8 +230,8 @@ def test_t2_a_lost_enqueue_still_answers_202_and_the_sweeper_runs_the_turn(
     from agents.tasks import turn_run_task
 
     thread = ThreadFactory(bot=people["bot"])
-    real_delay = turn_run_task.delay
-    delay = mocker.patch.object(turn_run_task, "delay", side_effect=OperationalError("Error 111 connecting"))
+    real_delay = turn_run_task.apply_async
+    delay = mocker.patch.object(turn_run_task, "apply_async", side_effect=OperationalError("Error 111 connecting"))
     with django_capture_on_commit_callbacks(execute=True):
         response = token_client(people["owner"]).post(messages_url(thread), {"content": "hi"}, format="json")
     assert response.status_code == 202

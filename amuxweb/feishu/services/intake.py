@@ -11,6 +11,9 @@ from django.utils import timezone
 
 from agents.models import Bot
 from amuxweb.feishu.models import InboundEvent
+from amuxweb.tasks_enqueue import task_enqueue
+
+__all__ = ["task_enqueue"]  # the one enqueue helper (amuxweb.tasks_enqueue); discuss imports it from here
 
 logger = logging.getLogger(__name__)
 
@@ -50,31 +53,6 @@ def inbound_event_store(
         return existing, False
     transaction.on_commit(lambda: inbound_event_enqueue(event_pk=event.pk))  # at once when autocommitted
     return event, True
-
-
-def task_enqueue(*, task, args: list, what: str, eta=None) -> bool:
-    """Queue a task; a broker outage is logged, not raised: the row it works on is stored and a sweeper retries."""
-    from kombu.exceptions import OperationalError as KombuOperationalError
-    from redis.exceptions import RedisError
-
-    try:
-        # retry=False: with Redis down, fail at once instead of holding a webhook's answer.
-        if eta is None:
-            task.apply_async(args=args, retry=False)
-        else:
-            task.apply_async(args=args, eta=eta, retry=False)
-    except (KombuOperationalError, RedisError, OSError) as error:
-        logger.warning(
-            "task not enqueued (broker unavailable); the sweeper will pick it up",
-            # ids only: a turn's activation contract quotes the conversation, which logs do not carry
-            extra={
-                "what": what,
-                "task_args": [arg for arg in args if isinstance(arg, int)],
-                "error": type(error).__name__,
-            },
-        )
-        return False
-    return True
 
 
 def inbound_event_enqueue(*, event_pk: int) -> bool:
