@@ -70,6 +70,10 @@ class Bot(models.Model):
         MENTION = "mention", "Only when @-mentioned or replied to"
         DISCUSS = "discuss", "Discuss: may speak on its own (probe gated)"
 
+    class ReplyFormat(models.TextChoices):
+        MARKDOWN_CARD = "markdown_card", "Markdown card (renders headings, lists, code)"
+        TEXT = "text", "Plain text"
+
     class ProbeMode(models.TextChoices):
         INHERIT = "inherit", "Inherit (owner's title model)"
         OFF = "off", "Off (ungated)"
@@ -120,6 +124,22 @@ class Bot(models.Model):
         default=FeishuEventMode.WEBHOOK,
         help_text="Webhook: Feishu posts to /feishu/webhook/<slug>/ (needs a public HTTPS URL). Long connection: "
         "the hub dials out to Feishu (no public URL; run `manage.py feishu_connect`, which `make run` starts).",
+    )
+    # How Feishu replies look (R2) and the receipt reactions (R1); emoji names are Feishu's emoji_type values.
+    reply_format = models.CharField(max_length=16, choices=ReplyFormat.choices, default=ReplyFormat.MARKDOWN_CARD)
+    receipt_emoji = models.CharField(
+        max_length=32,
+        blank=True,
+        default="OnIt",
+        validators=[RegexValidator(r"^[A-Za-z_]+$", "A Feishu emoji_type such as OnIt.")],
+        help_text="Reaction added to a message when its turn starts, removed on delivery. Empty: none.",
+    )
+    failure_emoji = models.CharField(
+        max_length=32,
+        blank=True,
+        default="CrossMark",
+        validators=[RegexValidator(r"^[A-Za-z_]+$", "A Feishu emoji_type such as CrossMark.")],
+        help_text="Reaction that replaces the receipt when the turn fails. Empty: none.",
     )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -231,6 +231,7 @@ class BotAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        ("Feishu replies", {"fields": ["reply_format", "receipt_emoji", "failure_emoji"]}),
     ]
 
     readonly_fields = ["feishu_connection_state"]

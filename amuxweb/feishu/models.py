@@ -144,3 +144,19 @@ class FeishuConnection(models.Model):
 
     def __str__(self) -> str:
         return f"{self.bot_id}: {self.state}"
+
+
+class SendBudgetBucket(models.Model):
+    """One token bucket of the send budget (R4) on the embedded default (no Redis): per chat or per app.
+
+    Changed only by a compare-and-swap on `version` (amuxweb.feishu.outbound.budget), so two workers never
+    both spend the last token.
+    """
+
+    key = models.CharField(max_length=160, unique=True)
+    tokens = models.FloatField()
+    refilled_at = models.FloatField()  # epoch seconds of the last refill
+    version = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.key

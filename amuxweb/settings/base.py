@@ -238,6 +238,16 @@ FEISHU_LONG_CONNECTION_DOMAIN = env("FEISHU_LONG_CONNECTION_DOMAIN", default="")
 FEISHU_LONG_CONNECTION_RECONCILE_SECONDS = env.float("FEISHU_LONG_CONNECTION_RECONCILE_SECONDS", default=30.0)
 # The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
+# Outbound (R2-R4). Feishu's limits: 5 messages/s per chat (shared by every bot in it), 50/s per app; the send
+# budget refills at FEISHU_SEND_BUDGET_RATIO of them so network jitter never lands a sixth inside a second.
+FEISHU_CHAT_SENDS_PER_SECOND = 5
+FEISHU_APP_SENDS_PER_SECOND = 50
+FEISHU_SEND_BUDGET_RATIO = 0.9
+# Streaming cards: an update at most every FEISHU_STREAM_UPDATE_INTERVAL_MS (Feishu allows 10/s per card), or
+# sooner once FEISHU_STREAM_UPDATE_CHARS new characters wait; a new card before Feishu's 10-minute limit.
+FEISHU_STREAM_UPDATE_INTERVAL_MS = env.int("FEISHU_STREAM_UPDATE_INTERVAL_MS", default=300)
+FEISHU_STREAM_UPDATE_CHARS = 200
+FEISHU_STREAM_CARD_SECONDS = 9 * 60
 CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}
 # F2 needs inbound events past Feishu's 7.1 h retry window; they are kept 30 days, then pruned daily.
 CELERY_BEAT_SCHEDULE["feishu-bridge-prune"] = {

@@ -23,6 +23,9 @@ def bot_admin_form_data(bot: Bot, **changes) -> dict:
         "feishu_app_secret": "",
         "feishu_encrypt_key": "",
         "feishu_verification_token": "",
+        "reply_format": bot.reply_format,
+        "receipt_emoji": bot.receipt_emoji,
+        "failure_emoji": bot.failure_emoji,
     }
     data.update(changes)
     return data
