@@ -52,18 +52,24 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         max_age_seconds=settings.FEISHU_MAX_EVENT_AGE_SECONDS,
     )
     if outcome.event is not None:
+        header = outcome.event["header"]
         event = outcome.event.get("event")
         message = event.get("message") if isinstance(event, dict) else None
         message_id = message.get("message_id") if isinstance(message, dict) else None
-        if not isinstance(message_id, str) or not message_id:
+        if (
+            not isinstance(message_id, str)
+            or not message_id
+            or not all(isinstance(header.get(key), str) for key in ("event_id", "event_type"))
+        ):
             # Authenticated but shapeless: acknowledge so Feishu stops retrying a payload we never accept.
             return JsonResponse({"msg": "ignored"})
         try:
             inbound_event_store(
                 bot=bot,
-                event_id=outcome.event["header"]["event_id"][:64],
-                message_id=message_id[:64],
-                event_type=outcome.event["header"]["event_type"][:64],
+                # webhook_handle made them storable and checked their lengths against the columns
+                event_id=header["event_id"],
+                message_id=message_id,
+                event_type=header["event_type"],
                 payload=outcome.event,
             )
         except DatabaseError:

@@ -169,8 +169,8 @@ def test_bad_message_is_400_and_writes_nothing(people, body, django_capture_on_c
 
 
 def test_v4_a_client_supplied_mask_is_ignored(people, django_capture_on_commit_callbacks):
-    # given: an automation thread, and a client that tries to make its message visible to context
-    thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION)
+    # given: a REST thread in automation mode, and a client that tries to make its message visible to context
+    thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION, channel=Thread.Channel.REST)
     # when
     with django_capture_on_commit_callbacks(execute=True):
         response = token_client(people["owner"]).post(
@@ -182,8 +182,8 @@ def test_v4_a_client_supplied_mask_is_ignored(people, django_capture_on_commit_c
 
 
 def test_v2_automation_thread_messages_get_automation_masks(people, django_capture_on_commit_callbacks):
-    # given
-    thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION)
+    # given: a REST thread in automation mode (the API creates these; the automation channel's are refused)
+    thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION, channel=Thread.Channel.REST)
     client = token_client(people["owner"])
     # when
     with django_capture_on_commit_callbacks(execute=True):

@@ -74,7 +74,10 @@ def test_f1_bad_signature_is_refused_and_nothing_stored(feishu, make_feishu_bot)
 
     # lark-oapi decrypts before it checks the signature: the wrong key already fails the decryption
     assert response.status_code == 400
-    assert response.json() == {"message": "Event could not be read.", "extra": {"reason": "invalid PKCS7 padding"}}
+    assert response.json() == {
+        "message": "Event could not be read.",
+        "extra": {"reason": "The body could not be decrypted with this bot's encrypt key."},
+    }
     assert InboundEvent.objects.count() == 0
 
 
@@ -96,7 +99,7 @@ def test_f1_tampered_body_fails_the_signature(client, make_feishu_bot):
     )
 
     assert response.status_code == 401
-    assert response.json()["extra"]["reason"] == "signature verification failed"
+    assert response.json()["extra"]["reason"] == "The signature does not match the body."
     assert InboundEvent.objects.count() == 0
 
 
@@ -108,7 +111,7 @@ def test_f1_wrong_verification_token_is_refused(feishu, make_feishu_bot):
     response = feishu.post(bot, payload)
 
     assert response.status_code == 401
-    assert response.json()["extra"]["reason"] == "invalid verification_token"
+    assert response.json()["extra"]["reason"] == "The verification token does not match this bot's."
     assert InboundEvent.objects.count() == 0
 
 
@@ -153,7 +156,10 @@ def test_f1_undecryptable_body_is_a_4xx(client, make_feishu_bot):
     )
 
     assert response.status_code == 400
-    assert response.json() == {"message": "Event could not be read.", "extra": {"reason": "invalid ciphertext length"}}
+    assert response.json() == {
+        "message": "Event could not be read.",
+        "extra": {"reason": "The body could not be decrypted with this bot's encrypt key."},
+    }
     assert InboundEvent.objects.count() == 0
 
 
