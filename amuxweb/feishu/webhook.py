@@ -175,23 +175,21 @@ def _refused(status_code: int, reason: str) -> WebhookOutcome:
     return WebhookOutcome(status_code, {"message": message, "extra": {"reason": reason}})
 
 
-# lark-oapi's refusals in its own words -> ours; any other text of its (an exception's) never reaches a client.
-_LARK_REFUSALS = (
-    ("invalid verification_token", 401, "The verification token does not match this bot's."),
-    ("signature verification failed", 401, "The signature does not match the body."),
-    ("encrypt_key not found", 400, "The body is encrypted but this bot has no encrypt key."),
-)
+# lark-oapi's refusals are mapped to sentences of ours; its text (an exception's) never reaches a client.
 SIGNATURE_HEADERS = (HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE)
 
 
 def _lark_refusal(*, reason: str, bot: Bot, headers: dict[str, str]) -> WebhookOutcome:
-    for prefix, status_code, sentence in _LARK_REFUSALS:
-        if reason.startswith(prefix):
-            return _refused(status_code, sentence)
+    if reason.startswith("invalid verification_token"):
+        return _refused(401, "The verification token does not match this bot's.")
     missing = [name for name in SIGNATURE_HEADERS if not headers.get(name)]
     if bot.feishu_encrypt_key and missing:
-        # lark-oapi adds the headers up without checking them: its TypeError is a missing header, said in words.
+        # lark-oapi adds the headers up unchecked (a TypeError, or a mismatch for a missing signature): say which.
         return _refused(401, f"The request has no {', '.join(missing)} header; Feishu signs every event.")
+    if reason.startswith("signature verification failed"):
+        return _refused(401, "The signature does not match the body.")
+    if reason.startswith("encrypt_key not found"):
+        return _refused(400, "The body is encrypted but this bot has no encrypt key.")
     return _refused(400, "The body is not a Feishu event.")
 
 
