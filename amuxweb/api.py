@@ -45,3 +45,20 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"message": "Not found.", "extra": {}}, status=404)
     return defaults.page_not_found(request, exception)
+
+
+# gunicorn's default limit_request_line: a longer request line is answered 414 before Django sees it.
+REQUEST_LINE_MAX_BYTES = 4094
+
+
+def schema_uri_too_long_response(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook: every operation may answer 414, so the schema says so."""
+    description = (
+        f"The request line (method, path and query) is longer than {REQUEST_LINE_MAX_BYTES} bytes: the server "
+        "(gunicorn) refuses it before the API sees it, with a plain-text body."
+    )
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if isinstance(operation, dict) and "responses" in operation:
+                operation["responses"].setdefault("414", {"description": description})
+    return result

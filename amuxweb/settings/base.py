@@ -152,6 +152,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Threads, history, context and context decisions of amuxweb's agent bots.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "amuxweb.api.schema_uri_too_long_response",
+    ],
 }
 
 # --- Celery ----------------------------------------------------------------------------------------------
