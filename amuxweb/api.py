@@ -51,14 +51,24 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 REQUEST_LINE_MAX_BYTES = 4094
 
 
-def schema_uri_too_long_response(result: dict, generator, request, public) -> dict:
-    """drf-spectacular postprocessing hook: every operation may answer 414, so the schema says so."""
-    description = (
+def schema_common_responses(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook: the answers every API operation may give, so the schema says so.
+
+    401 for a request without valid credentials (every /api/v1/ view requires them), and 414 for a request line
+    over gunicorn's limit.
+    """
+    too_long = (
         f"The request line (method, path and query) is longer than {REQUEST_LINE_MAX_BYTES} bytes: the server "
         "(gunicorn) refuses it before the API sees it, with a plain-text body."
     )
-    for operations in result.get("paths", {}).values():
+    error_body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path, operations in result.get("paths", {}).items():
         for operation in operations.values():
-            if isinstance(operation, dict) and "responses" in operation:
-                operation["responses"].setdefault("414", {"description": description})
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            if path.startswith("/api/v1/"):
+                operation["responses"].setdefault(
+                    "401", {"description": "No valid token or session.", "content": error_body}
+                )
+            operation["responses"].setdefault("414", {"description": too_long})
     return result

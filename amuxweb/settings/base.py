@@ -154,7 +154,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "amuxweb.api.schema_uri_too_long_response",
+        "amuxweb.api.schema_common_responses",
     ],
 }
 
