@@ -4,10 +4,27 @@ Adapters (agents/llm/<kind>.py) translate a `CompletionRequest` into their SDK's
 response or exception into a `CompletionResult` or one of the `LLMError` subclasses below.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """An image for a vision model, rendered by each adapter in its API's own wire format.
+
+    The caller decides whether a model gets images (LLMModel.supports_vision); adapters render what they are
+    given. `name` is for people (the admin's "model input as sent" shows it instead of the bytes).
+    """
+
+    mime_type: str  # image/png, image/jpeg, image/gif, image/webp
+    data: bytes
+    name: str = ""
+
+    def __repr__(self) -> str:  # never print the bytes
+        return f"ImageInput(mime_type={self.mime_type!r}, name={self.name!r}, size={len(self.data)})"
 
 
 @dataclass(frozen=True)
@@ -17,6 +34,8 @@ class ChatMessage:
     # For role="assistant" messages that called tools, and role="tool" results answering them.
     tool_calls: tuple["ToolCall", ...] = ()
     tool_call_id: str = ""
+    # Only a role="user" message's images are sent; adapters ignore them on other roles.
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,5 +116,15 @@ class PermanentError(LLMError):
     the API documents (agents.llm.errors.malformed_answer_error)."""
 
 
+TextCallback = Callable[[str], None]
+
+
 class LLMClient(Protocol):
     def complete(self, request: CompletionRequest) -> CompletionResult: ...
+
+    def stream(self, request: CompletionRequest, *, on_text: TextCallback) -> CompletionResult:
+        """The same answer as `complete`, through the SDK's streaming API: `on_text(delta)` is called with each
+        piece of text as it arrives, in order; the result's text is all the deltas joined. A failure, before or
+        after some deltas, raises the same `LLMError` types `complete` raises. An exception raised by `on_text`
+        propagates unchanged (it is the caller's, not the provider's)."""
+        ...

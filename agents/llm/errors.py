@@ -13,6 +13,9 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+import httpx
+import httpx2
+
 from agents.llm.base import (
     AuthenticationError,
     ContextOverflowError,
@@ -23,6 +26,10 @@ from agents.llm.base import (
 )
 
 MAX_ERROR_MESSAGE_CHARS = 500
+# The openai SDK sends through httpx; anthropic and google-genai through httpx2 (pinned by them). A stream read
+# raw by an SDK (anthropic, google-genai) lets a connection dropped mid-body through as these.
+TIMEOUT_ERRORS: tuple[type[Exception], ...] = (httpx.TimeoutException, httpx2.TimeoutException)
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.TransportError, httpx2.TransportError)
 TRANSIENT_STATUS_CODES = frozenset({408, 409, 425, 500, 502, 503, 504, 529})
 
 
@@ -105,7 +112,7 @@ def stainless_sdk_error(
 
     `describe_status(exc)` reads an `APIStatusError`'s body in that API's own shape: (message, is it an overflow).
     """
-    if isinstance(exc, sdk.APIStatusError):
+    if isinstance(exc, sdk.APIStatusError) and exc.status_code >= 400:
         message, is_overflow = describe_status(exc)
         return error_for_status(
             status_code=exc.status_code,
@@ -121,7 +128,67 @@ def stainless_sdk_error(
         return error_for_status(status_code=None, message=f"{provider}: connection failed: {exc}", provider=provider)
     if isinstance(exc, sdk.APIResponseValidationError):
         return non_json_error(provider=provider, body=exc.body)
+    if isinstance(exc, sdk.APIError):
+        # An error event inside a 200 stream (OpenAI: a `data:` object holding "error"; Anthropic: `event:
+        # error`, which the SDK raises as a status error of the 200): mapped by its error type.
+        message, is_overflow = describe_status(exc)
+        status_code = stream_error_status(exc.body)
+        return error_for_status(
+            status_code=status_code,
+            message=f"{provider}: {message}",
+            provider=provider,
+            body=exc.body,
+            is_overflow=status_code in (400, 413) and is_overflow,
+        )
     return error_for_status(status_code=400, message=f"{provider}: {short(str(exc))}", provider=provider)
+
+
+# The HTTP status each documented error type comes with when it is not in a stream (Anthropic's error types;
+# OpenAI's error `type`/`code` values), so an error event mid-stream maps as the same error would before it.
+ERROR_TYPE_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "invalid_api_key": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+    "api_error": 500,
+    "server_error": 500,
+    "overloaded_error": 529,
+}
+# An error event of a type we do not know, after the stream began: the provider failed mid-answer.
+UNKNOWN_STREAM_ERROR_STATUS = 500
+
+
+def stream_error_status(body: Any) -> int:
+    """The status an in-stream error event's body stands for (its `code`, else its `type`)."""
+    error = body.get("error", body) if isinstance(body, dict) else {}
+    if not isinstance(error, dict):
+        return UNKNOWN_STREAM_ERROR_STATUS
+    for key in ("code", "type"):
+        status = ERROR_TYPE_STATUS.get(str(error.get(key) or ""))
+        if status:
+            return status
+    if error.get("code") in OVERFLOW_ERROR_CODES:
+        return 400
+    return UNKNOWN_STREAM_ERROR_STATUS
+
+
+OVERFLOW_ERROR_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+
+
+def transport_error(exc: Exception, *, provider: str) -> LLMError:
+    """A timeout or a connection failure below the SDK (`exc` one of TRANSPORT_ERRORS): transient."""
+    if isinstance(exc, TIMEOUT_ERRORS):
+        return error_for_status(status_code=None, message=f"{provider}: request timed out", provider=provider)
+    return error_for_status(status_code=None, message=f"{provider}: connection failed: {exc}", provider=provider)
+
+
+def incomplete_stream_error(*, provider: str) -> TransientError:
+    """A stream that ended without the API's closing event: the answer is cut off, another try may finish it."""
+    return TransientError(f"{provider}: the stream ended before the answer was complete", provider=provider)
 
 
 def non_json_error(*, provider: str, body: object) -> TransientError:

@@ -3,13 +3,22 @@
 System messages become `systemInstruction`; assistant turns are role "model". Forced tool choice is
 `toolConfig.functionCallingConfig = {mode: ANY, allowedFunctionNames: [name]}`; the SDK's automatic function
 calling is off (we never let the SDK run tools). Function-call `args` arrive as an object.
+
+Tool round trips: the model's `functionCall` parts, then one user Content holding a `functionResponse` part
+per call (consecutive tool results are merged, as Gemini's parallel-calling docs send them), each under the
+name of the call it answers. A user message's images are `inline_data` parts, before its text (Gemini's
+advice for image prompts).
+
+`stream` reads `generate_content_stream` (`:streamGenerateContent?alt=sse`): each chunk's text parts go to
+`on_text`; all chunks' parts, the last finish reason and the last usage are folded into one response read by
+the same `result_from` as `complete`'s. An error object in the stream raises the SDK's APIError, mapped as
+before the stream.
 """
 
 import json
+from collections.abc import Callable
 from typing import Any
 
-import httpx
-import httpx2
 import pydantic
 from google import genai
 from google.genai import errors as genai_errors
@@ -18,17 +27,18 @@ from google.genai import types
 from agents.llm.base import CompletionRequest, CompletionResult, LLMError, PermanentError, ToolCall, Usage
 from agents.llm.errors import (
     MALFORMED_ANSWER_ERRORS,
+    TRANSPORT_ERRORS,
     error_for_status,
+    incomplete_stream_error,
     malformed_answer_error,
     non_json_error,
     short,
+    transport_error,
     without_secret,
 )
 from agents.llm.settings import ProviderSettings
+from agents.llm.streaming import callback_errors_unwrapped, text_emitter
 
-# google-genai sends through httpx2 when installed (it is, pinned by the SDK), httpx otherwise: catch both.
-TIMEOUT_ERRORS: tuple[type[Exception], ...] = (httpx.TimeoutException, httpx2.TimeoutException)
-TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.TransportError, httpx2.TransportError)
 RETRYABLE_STATUS_CODES = [408, 429, 500, 502, 503, 504]
 
 
@@ -49,10 +59,8 @@ def map_gemini_error(exc: Exception, *, provider: str) -> LLMError:
             body=exc.details,
             is_overflow=exc.code == 400 and is_overflow_message(message),
         )
-    if isinstance(exc, TIMEOUT_ERRORS):
-        return error_for_status(status_code=None, message=f"{provider}: request timed out", provider=provider)
     if isinstance(exc, TRANSPORT_ERRORS):
-        return error_for_status(status_code=None, message=f"{provider}: connection failed: {exc}", provider=provider)
+        return transport_error(exc, provider=provider)
     if isinstance(exc, pydantic.ValidationError):  # JSON, but not the shape the API documents
         return malformed_answer_error(provider=provider, error=exc)
     if isinstance(exc, ValueError):  # json.JSONDecodeError: a 2xx body that is not JSON
@@ -97,9 +105,11 @@ class GeminiClient:
         # preceding assistant message - by id, else by position (Gemini's own calls often carry no id).
         calls_answered: tuple[ToolCall, ...] = ()
         results_since_calls = 0
+        previous_role = ""
         for message in request.messages:
             if message.role == "system":
                 continue
+            merge, previous_role = previous_role == "tool", message.role
             if message.role == "tool":
                 try:
                     response: Any = json.loads(message.content)
@@ -111,12 +121,21 @@ class GeminiClient:
                     ),
                     response=response if isinstance(response, dict) else {"result": response},
                 )
-                contents.append(types.Content(role="user", parts=[part]))
+                if merge:  # the step's earlier results: one Content for all
+                    contents[-1].parts.append(part)
+                else:
+                    contents.append(types.Content(role="user", parts=[part]))
                 results_since_calls += 1
                 continue
             if message.role == "assistant":
                 calls_answered, results_since_calls = message.tool_calls, 0
-            parts: list[types.Part] = [types.Part(text=message.content)] if message.content else []
+            parts: list[types.Part] = []
+            if message.role == "user":
+                parts.extend(
+                    types.Part(inline_data=types.Blob(mime_type=image.mime_type, data=image.data))
+                    for image in message.images
+                )
+            parts += [types.Part(text=message.content)] if message.content else []
             parts.extend(
                 types.Part(function_call=types.FunctionCall(name=call.name, args=call.arguments))
                 for call in message.tool_calls
@@ -170,6 +189,47 @@ class GeminiClient:
         except MALFORMED_ANSWER_ERRORS as exc:
             raise malformed_answer_error(provider=provider, error=exc) from exc
 
+    def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
+        provider = self.settings.name
+        emit = text_emitter(on_text)
+        contents, config = self.request_parts(request)
+        parts: list[types.Part] = []
+        seen_candidates = False
+        finish_reason = usage = prompt_feedback = None
+        with callback_errors_unwrapped():
+            try:
+                for chunk in self.client.models.generate_content_stream(
+                    model=request.model, contents=contents, config=config
+                ):
+                    prompt_feedback = chunk.prompt_feedback or prompt_feedback
+                    usage = chunk.usage_metadata or usage
+                    if not chunk.candidates:
+                        continue
+                    seen_candidates = True
+                    candidate = chunk.candidates[0]
+                    finish_reason = candidate.finish_reason or finish_reason
+                    for part in (candidate.content.parts if candidate.content else None) or []:
+                        if part.text and not part.thought:
+                            emit(part.text)
+                        parts.append(part)
+            except (genai_errors.APIError, ValueError, *TRANSPORT_ERRORS) as exc:
+                raise without_secret(map_gemini_error(exc, provider=provider), secret=self.settings.api_key) from exc
+            if seen_candidates and finish_reason is None:  # the stream ended without its last chunk
+                raise incomplete_stream_error(provider=provider)
+            response = types.GenerateContentResponse(
+                candidates=[
+                    types.Candidate(content=types.Content(role="model", parts=parts), finish_reason=finish_reason)
+                ]
+                if seen_candidates
+                else None,
+                usage_metadata=usage,
+                prompt_feedback=prompt_feedback,
+            )
+            try:
+                return self.result_from(response, provider=provider)
+            except MALFORMED_ANSWER_ERRORS as exc:
+                raise malformed_answer_error(provider=provider, error=exc) from exc
+
     def result_from(self, response, *, provider: str) -> CompletionResult:
         if not response.candidates:
             feedback = response.prompt_feedback
@@ -178,14 +238,15 @@ class GeminiClient:
         candidate = response.candidates[0]
         parts = (candidate.content.parts if candidate.content else None) or []
         texts = [part.text for part in parts if part.text and not part.thought]
+        # Gemini's calls often carry no id; the tool loop needs one to pair each result with its call (and
+        # request_parts finds the function's name again by it): number them in order.
         calls = tuple(
             ToolCall(
                 name=part.function_call.name or "",
                 arguments=dict(part.function_call.args or {}),
-                id=part.function_call.id or "",
+                id=part.function_call.id or f"gemini_call_{number}",
             )
-            for part in parts
-            if part.function_call
+            for number, part in enumerate((part for part in parts if part.function_call), start=1)
         )
         usage = response.usage_metadata
         finish = candidate.finish_reason

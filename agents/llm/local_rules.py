@@ -9,12 +9,18 @@ It is not a language model and says so in every answer a person can see:
 
 The bot's name is read from the system prompt: "The bot: Name." (the probe's judge prompt), 'You are "Name"',
 'You are named Name' or 'Bot name: Name'.
+
+`stream` gives the same answer as `complete`, word by word, pausing `AMUX_LOCAL_RULES_STREAM_DELAY_MS` between
+words (0 in tests) so a demo on the embedded default shows the answer being written.
 """
 
 import re
+import time
+from collections.abc import Callable
 
 from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, ToolCall, Usage
 from agents.llm.settings import ProviderSettings
+from agents.llm.streaming import word_pieces
 
 ECHO_LABEL = "[local_rules · rule-based echo]"
 MAX_ECHO_CHARS = 2000
@@ -92,6 +98,16 @@ class LocalRulesClient:
             "tools": [tool.name for tool in request.tools],
             "forced_tool": request.forced_tool,
         }
+
+    def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
+        """The echo word by word, so a demo on the embedded default shows a streamed answer being written."""
+        result = self.complete(request)
+        delay = self.settings.stream_word_delay_seconds if self.settings else 0.0
+        for number, piece in enumerate(word_pieces(result.text)):
+            if delay and number:
+                time.sleep(delay)
+            on_text(piece)
+        return result
 
     def complete(self, request: CompletionRequest) -> CompletionResult:
         input_tokens = sum(estimate_tokens(message.content) for message in request.messages)

@@ -3,24 +3,44 @@
 Forced tool choice is the named form `{"type": "function", "function": {"name": ...}}` plus
 `parallel_tool_calls: false` ("required" could legally return several calls). Tool arguments arrive as a
 JSON string and are parsed here; a string that does not parse is kept as is for the caller to judge.
+A user message's images are `image_url` parts holding a base64 data URI, after its text.
+
+`stream` sends the same body with `stream: true` and `stream_options.include_usage` (usage arrives in a last
+chunk without choices) and folds the chunks with the SDK's own `ChatCompletionStreamState`, so the final
+completion goes through the same `result_from` as `complete`'s.
 """
 
+import base64
 import json
+from collections.abc import Callable
 from typing import Any
 
 import openai
+from openai.lib.streaming.chat import ChatCompletionStreamState
 
-from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, LLMError, ToolCall, ToolSpec, Usage
+from agents.llm.base import (
+    ChatMessage,
+    CompletionRequest,
+    CompletionResult,
+    ImageInput,
+    LLMError,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from agents.llm.errors import (
     MALFORMED_ANSWER_ERRORS,
+    OVERFLOW_ERROR_CODES,
+    incomplete_stream_error,
     malformed_answer_error,
     non_json_error,
     stainless_sdk_error,
     without_secret,
 )
 from agents.llm.settings import ProviderSettings
+from agents.llm.streaming import callback_errors_unwrapped, text_emitter
 
-OVERFLOW_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+OVERFLOW_CODES = OVERFLOW_ERROR_CODES
 OVERFLOW_PHRASES = ("maximum context length", "context window", "context_length_exceeded", "too many tokens")
 
 
@@ -58,10 +78,18 @@ def map_openai_error(exc: openai.OpenAIError, *, provider: str) -> LLMError:
     return stainless_sdk_error(exc, sdk=openai, provider=provider, describe_status=openai_status_error)
 
 
+def data_uri(image: ImageInput) -> str:
+    return f"data:{image.mime_type};base64,{base64.b64encode(image.data).decode('ascii')}"
+
+
 def chat_message(message: ChatMessage) -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     body: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.role == "user" and message.images:
+        parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+        parts.extend({"type": "image_url", "image_url": {"url": data_uri(image)}} for image in message.images)
+        body["content"] = parts
     if message.tool_calls:
         body["tool_calls"] = [
             {
@@ -122,6 +150,32 @@ class OpenAIChatClient:
             return self.result_from(response, provider=provider)
         except MALFORMED_ANSWER_ERRORS as exc:
             raise malformed_answer_error(provider=provider, error=exc) from exc
+
+    def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
+        provider = self.settings.name
+        emit = text_emitter(on_text)
+        body = self.request_body(request) | {"stream": True, "stream_options": {"include_usage": True}}
+        state = ChatCompletionStreamState()
+        chunks_seen = 0
+        with callback_errors_unwrapped():
+            try:
+                with self.client.chat.completions.create(**body) as chunks:
+                    for chunk in chunks:
+                        state.handle_chunk(chunk)
+                        chunks_seen += 1
+                        for choice in chunk.choices:
+                            if choice.index == 0:
+                                emit(choice.delta.content)
+                if not chunks_seen:  # a 200 that was not an event stream (a proxy's page)
+                    raise non_json_error(provider=provider, body="an empty event stream")
+                response = state.get_final_completion()
+                if not response.choices or response.choices[0].finish_reason is None:
+                    raise incomplete_stream_error(provider=provider)
+                return self.result_from(response, provider=provider)
+            except openai.OpenAIError as exc:
+                raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
+            except MALFORMED_ANSWER_ERRORS as exc:
+                raise malformed_answer_error(provider=provider, error=exc) from exc
 
     def result_from(self, response, *, provider: str) -> CompletionResult:
         choice = response.choices[0]

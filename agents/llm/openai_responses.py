@@ -2,24 +2,45 @@
 
 System messages become `instructions`; the rest is the `input` list. Tools are flat (`name`, `parameters`,
 `strict` at the tool's top level) and the forced choice is `{"type": "function", "name": ...}`. Responses
-are not stored on OpenAI's side (`store: false`): the hub keeps its own record.
+are not stored on OpenAI's side (`store: false`): the hub keeps its own record. A tool round trip is a
+`function_call` item (with the model's call id) followed by a `function_call_output` item with the same
+`call_id`. A user message's images are `input_image` parts (a base64 data URI) after an `input_text` part.
+
+`stream` reads the typed events of `stream: true`: `response.output_text.delta` goes to `on_text`, and the
+closing `response.completed` / `response.incomplete` / `response.failed` carries the whole response, which
+goes through the same `result_from` as `complete`'s; an `error` event maps by its code.
 """
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import openai
 
-from agents.llm.base import CompletionRequest, CompletionResult, PermanentError, ToolCall, Usage
+from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, PermanentError, ToolCall, Usage
 from agents.llm.errors import (
     MALFORMED_ANSWER_ERRORS,
     error_for_status,
+    incomplete_stream_error,
     malformed_answer_error,
     non_json_error,
+    stream_error_status,
     without_secret,
 )
-from agents.llm.openai_chat import map_openai_error, openai_client, parse_arguments, strict_schema
+from agents.llm.openai_chat import data_uri, map_openai_error, openai_client, parse_arguments, strict_schema
 from agents.llm.settings import ProviderSettings
+from agents.llm.streaming import callback_errors_unwrapped, text_emitter
+
+CLOSING_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+def message_item(message: ChatMessage) -> dict[str, Any]:
+    if message.role != "user" or not message.images:
+        return {"role": message.role, "content": message.content}
+    parts: list[dict[str, Any]] = [{"type": "input_text", "text": message.content}] if message.content else []
+    # `detail` is required by the API's schema; "auto" lets the model choose the resolution.
+    parts.extend({"type": "input_image", "image_url": data_uri(image), "detail": "auto"} for image in message.images)
+    return {"role": "user", "content": parts}
 
 
 class OpenAIResponsesClient:
@@ -38,8 +59,8 @@ class OpenAIResponsesClient:
                     {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
                 )
                 continue
-            if message.content or not message.tool_calls:
-                items.append({"role": message.role, "content": message.content})
+            if message.content or message.images or not message.tool_calls:
+                items.append(message_item(message))
             for call in message.tool_calls:
                 arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
                 items.append({"type": "function_call", "call_id": call.id, "name": call.name, "arguments": arguments})
@@ -82,6 +103,35 @@ class OpenAIResponsesClient:
             return self.result_from(response, provider=provider)
         except MALFORMED_ANSWER_ERRORS as exc:
             raise malformed_answer_error(provider=provider, error=exc) from exc
+
+    def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
+        provider = self.settings.name
+        emit = text_emitter(on_text)
+        final = None
+        with callback_errors_unwrapped():
+            try:
+                with self.client.responses.create(**self.request_body(request), stream=True) as events:
+                    for event in events:
+                        if event.type == "response.output_text.delta":
+                            emit(event.delta)
+                        elif event.type in CLOSING_EVENTS:
+                            final = event.response
+                        elif event.type == "error":
+                            status_code = stream_error_status({"code": event.code})
+                            error = error_for_status(
+                                status_code=status_code,
+                                message=f"{provider}: {event.message}",
+                                provider=provider,
+                                is_overflow=event.code == "context_length_exceeded",
+                            )
+                            raise without_secret(error, secret=self.settings.api_key)
+                if final is None:
+                    raise incomplete_stream_error(provider=provider)
+                return self.result_from(final, provider=provider)
+            except openai.OpenAIError as exc:
+                raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
+            except MALFORMED_ANSWER_ERRORS as exc:
+                raise malformed_answer_error(provider=provider, error=exc) from exc
 
     def result_from(self, response, *, provider: str) -> CompletionResult:
         if response.status == "failed":

@@ -12,24 +12,31 @@ therefore timeout × (max_retries + 1); the probe's judge and stub tests set max
 request. google-genai never retries unless asked: it gets the same count as `HttpRetryOptions.attempts`.
 """
 
+import base64
 import functools
+import importlib
 
-from agents.llm.anthropic_messages import AnthropicClient
-from agents.llm.base import LLMClient, PermanentError
-from agents.llm.gemini import GeminiClient
-from agents.llm.local_rules import LocalRulesClient
-from agents.llm.openai_chat import OpenAIChatClient
-from agents.llm.openai_responses import OpenAIResponsesClient
+from django.conf import settings as django_settings
+
+from agents.llm.base import CompletionRequest, LLMClient, PermanentError
 from agents.llm.settings import ProviderSettings
 from agents.models import LLMModel, Provider
 
-ADAPTERS: dict[str, type] = {
-    Provider.Kind.OPENAI_CHAT: OpenAIChatClient,
-    Provider.Kind.OPENAI_RESPONSES: OpenAIResponsesClient,
-    Provider.Kind.ANTHROPIC: AnthropicClient,
-    Provider.Kind.GEMINI: GeminiClient,
-    Provider.Kind.LOCAL_RULES: LocalRulesClient,
+# The adapter of each provider kind, imported on first use: importing a provider SDK costs 1-3 s of CPU and tens
+# of MB (openai, anthropic, google-genai; issue 11), and a process uses one kind or none - a management command
+# that never calls a model should not pay for all three.
+ADAPTERS: dict[str, str] = {
+    Provider.Kind.OPENAI_CHAT: "agents.llm.openai_chat.OpenAIChatClient",
+    Provider.Kind.OPENAI_RESPONSES: "agents.llm.openai_responses.OpenAIResponsesClient",
+    Provider.Kind.ANTHROPIC: "agents.llm.anthropic_messages.AnthropicClient",
+    Provider.Kind.GEMINI: "agents.llm.gemini.GeminiClient",
+    Provider.Kind.LOCAL_RULES: "agents.llm.local_rules.LocalRulesClient",
 }
+
+
+def adapter_class(kind: str) -> type:
+    module_name, _, class_name = ADAPTERS[kind].rpartition(".")
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def provider_settings(*, provider: Provider) -> ProviderSettings:
@@ -40,6 +47,11 @@ def provider_settings(*, provider: Provider) -> ProviderSettings:
         api_key=provider.api_key or "",
         timeout_seconds=float(provider.timeout_seconds),
         max_retries=int(provider.max_retries),
+        stream_word_delay_seconds=(
+            django_settings.AMUX_LOCAL_RULES_STREAM_DELAY_MS / 1000
+            if provider.kind == Provider.Kind.LOCAL_RULES
+            else 0.0
+        ),
     )
 
 
@@ -47,7 +59,7 @@ def provider_settings(*, provider: Provider) -> ProviderSettings:
 def client_for_settings(settings: ProviderSettings) -> LLMClient:
     """SDK clients hold connection pools: one per distinct provider configuration, per process."""
     try:
-        adapter = ADAPTERS[settings.kind]
+        adapter = adapter_class(settings.kind)
     except KeyError:
         raise PermanentError(f"Unknown provider kind {settings.kind!r}.", provider=settings.name) from None
     return adapter(settings)
@@ -57,10 +69,41 @@ def llm_client_for(*, model: LLMModel) -> LLMClient:
     return client_for_settings(provider_settings(provider=model.provider))
 
 
-def request_as_sent(*, client: LLMClient, request) -> dict:
-    """The JSON body the adapter sends for `request` (what the admin shows as "model input as sent")."""
+def request_as_sent(*, client: LLMClient, request: CompletionRequest) -> dict:
+    """The JSON body the adapter sends for `request` (what the admin shows as "model input as sent").
+
+    Image bytes are replaced by a label ("[image: name, 1234 bytes]"): this record is stored on the turn, and
+    the database never holds a resource's bytes (issue 12).
+    """
     body = getattr(client, "request_body", None)
-    return body(request) if body else {}
+    if not body:
+        return {}
+    sent = body(request)
+    labels = {
+        # google-genai serialises bytes as URL-safe base64, the others as standard base64
+        encoded: f"[image: {image.name or image.mime_type}, {len(image.data)} bytes]"
+        for message in request.messages
+        for image in message.images
+        if image.data
+        for encoded in (
+            base64.b64encode(image.data).decode("ascii"),
+            base64.urlsafe_b64encode(image.data).decode("ascii"),
+        )
+    }
+    return without_image_data(sent, labels=labels) if labels else sent
+
+
+def without_image_data(value, *, labels: dict[str, str]):
+    """`value` (a JSON body) with every string holding an image's base64 (alone or in a data URI) replaced."""
+    if isinstance(value, dict):
+        return {key: without_image_data(item, labels=labels) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_image_data(item, labels=labels) for item in value]
+    if isinstance(value, str):
+        for encoded, label in labels.items():
+            if encoded in value:
+                return label
+    return value
 
 
 CONNECTION_TEST_PROMPT = "Reply with the single word: pong"

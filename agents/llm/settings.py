@@ -12,6 +12,8 @@ class ProviderSettings:
     timeout_seconds: float
     # Retries the SDK makes inside one attempt (see agents/llm/registry.py for why this is not zero).
     max_retries: int
+    # local_rules only: the pause between streamed words, so a demo shows the answer being written.
+    stream_word_delay_seconds: float = 0.0
 
     def __repr__(self) -> str:  # never print the key
         return f"ProviderSettings(name={self.name!r}, kind={self.kind!r}, base_url={self.base_url!r})"

@@ -200,6 +200,8 @@ AMUX_CONTEXT_DECISION_ACCESS_CHECK = env(
 AMUX_PROBE_DEBOUNCE_INITIAL_MS = env.int("AMUX_PROBE_DEBOUNCE_INITIAL_MS", default=3000)
 AMUX_PROBE_DEBOUNCE_MAX_MS = env.int("AMUX_PROBE_DEBOUNCE_MAX_MS", default=30000)
 AMUX_PROBE_CONFIG_CACHE_SECONDS = env.int("AMUX_PROBE_CONFIG_CACHE_SECONDS", default=60)
+# The offline local_rules provider streams its echo word by word with this pause, so a demo shows streaming.
+AMUX_LOCAL_RULES_STREAM_DELAY_MS = env.int("AMUX_LOCAL_RULES_STREAM_DELAY_MS", default=40)
 CELERY_BEAT_SCHEDULE["probe-judgements-prune"] = {"task": "probe.tasks.judgements_prune_task", "schedule": 24 * 3600.0}
 # T2: REST turns whose enqueue was lost while the broker was down are re-enqueued (agents.services.turns).
 CELERY_BEAT_SCHEDULE["agents-turns-sweep"] = {"task": "agents.tasks.turns_sweep_task", "schedule": 60.0}

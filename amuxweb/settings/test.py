@@ -17,6 +17,7 @@ CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 FEISHU_DOMAIN = "http://127.0.0.1:9"  # nothing listens: a test that forgets its stub server fails loudly
 AMUX_DISCUSS_WAKE_TIMER = False  # tests fire discuss wakes explicitly (an injected clock), never from a thread
+AMUX_LOCAL_RULES_STREAM_DELAY_MS = 0  # local_rules streams at once in tests
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"timeout": 20}

@@ -491,8 +491,13 @@ def test_t1_gemini_tool_result_is_sent_under_the_name_of_the_call_it_answers(llm
                 {"functionCall": {"name": "get_time", "args": {"tz": "Europe/Paris"}}},
             ],
         },
-        {"role": "user", "parts": [{"functionResponse": {"name": "get_time", "response": {"time": "12:00"}}}]},
-        {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}}]},
+        {
+            "role": "user",
+            "parts": [  # one Content for the step's results, as Gemini's parallel function calling sends them
+                {"functionResponse": {"name": "get_time", "response": {"time": "12:00"}}},
+                {"functionResponse": {"name": "get_weather", "response": {"result": "sunny"}}},
+            ],
+        },
     ]
 
 

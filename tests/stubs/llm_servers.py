@@ -4,7 +4,18 @@ One threaded HTTP server on 127.0.0.1 (random port) answers:
 - OpenAI Chat Completions  `POST .../chat/completions`           (api "openai_chat")
 - OpenAI Responses         `POST .../responses`                  (api "openai_responses")
 - Anthropic Messages       `POST .../messages`                   (api "anthropic")
-- Gemini generateContent   `POST .../models/<model>:generateContent` under /v1/ or /v1beta/ (api "gemini")
+- Gemini generateContent   `POST .../models/<model>:generateContent` under /v1/ or /v1beta/ (api "gemini"),
+  and `:streamGenerateContent?alt=sse`
+
+Streaming: a request that asks for a stream (`"stream": true` in an OpenAI or Anthropic body, Gemini's
+`:streamGenerateContent`) is answered with that API's own server-sent events, built from the same complete
+body a non-streaming request would get (`sse_events(api, body)`: the text split word by word, tool-call
+arguments in two pieces, usage and finish reason where each API puts them), so a test can compare `stream`
+with `complete` on one answer. `StubResponse.chunk_delay_seconds` pauses before every event;
+`gate`/`gate_after_chunks` hold the stream after that many text chunks until the test sets the event;
+`fail_after_chunks` ends the stream after that many text chunks, with the API's own error event
+(`fail_with="error_event"`, body `stream_error_body`, default a server error) or by dropping the connection
+mid-body (`fail_with="disconnect"`). `stub.chunks_sent` counts the text chunks written so far.
 
 Every request is recorded (path, headers, JSON body) in `stub.requests`. Responses are scripted per api in
 FIFO order with `stub.enqueue(api, StubResponse(...))`; when an api's queue is empty the stub answers with a
@@ -31,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +63,13 @@ class StubResponse:
     headers: dict[str, str] = field(default_factory=dict)
     delay_seconds: float = 0.0
     content_type: str = ""  # default: application/json for dict/list bodies, text/html otherwise
+    # Streaming answers (see the module docstring); ignored for a request that did not ask for a stream.
+    chunk_delay_seconds: float = 0.0
+    fail_after_chunks: int | None = None
+    fail_with: str = "error_event"  # or "disconnect"
+    stream_error_body: dict[str, Any] | None = None
+    gate: threading.Event | None = None
+    gate_after_chunks: int = 1
 
 
 @dataclass(frozen=True)
@@ -76,7 +95,7 @@ def api_for_path(path: str) -> str:
         return "openai_chat"
     if route.endswith("/responses"):
         return "openai_responses"
-    if route.endswith(":generateContent"):
+    if route.endswith((":generateContent", ":streamGenerateContent")):
         return "gemini"
     if route.endswith("/messages"):
         return "anthropic"
@@ -310,6 +329,193 @@ SERVER_ERROR_BODIES: dict[str, dict[str, Any]] = {
 NON_JSON_BODY = "<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>"
 
 
+# --- Streaming: each API's server-sent events for one complete body ------------------------------------
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    data: Any  # dict → JSON; str → sent as is ("[DONE]")
+    event: str = ""  # the `event:` line ("" = none, as OpenAI chat and Gemini send)
+    text_chunk: bool = False  # counts for fail_after_chunks / gate_after_chunks / chunks_sent
+
+
+def text_pieces(text: str) -> list[str]:
+    """Word by word, each word with the whitespace after it ("Hello there." → ["Hello ", "there."])."""
+    return re.findall(r"\s*\S+\s*", text) or ([text] if text else [])
+
+
+def halves(text: str) -> list[str]:
+    middle = len(text) // 2
+    return [piece for piece in (text[:middle], text[middle:]) if piece]
+
+
+def openai_chat_events(body: dict[str, Any]) -> list[SSEEvent]:
+    choice = body["choices"][0]
+    message = choice["message"]
+    head = {key: body[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        return head | {
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            "usage": None,
+        }
+
+    events = [SSEEvent(chunk({"role": "assistant", "content": "", "refusal": None}))]
+    events += [SSEEvent(chunk({"content": piece}), text_chunk=True) for piece in text_pieces(message["content"] or "")]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        first = {"index": index, "id": call["id"], "type": "function"}
+        events.append(SSEEvent(chunk({"tool_calls": [first | {"function": {"name": call["function"]["name"]}}]})))
+        events += [
+            SSEEvent(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+            for piece in halves(call["function"]["arguments"])
+        ]
+    events.append(SSEEvent(chunk({}, choice["finish_reason"])))
+    events.append(SSEEvent(head | {"choices": [], "usage": body.get("usage")}))  # stream_options.include_usage
+    events.append(SSEEvent("[DONE]"))
+    return events
+
+
+def openai_responses_events(body: dict[str, Any]) -> list[SSEEvent]:
+    events: list[SSEEvent] = []
+
+    def add(type_: str, text_chunk: bool = False, **fields: Any) -> None:
+        data = {"type": type_, "sequence_number": len(events)} | fields
+        events.append(SSEEvent(data, event=type_, text_chunk=text_chunk))
+
+    add("response.created", response=body | {"status": "in_progress", "output": [], "usage": None})
+    for output_index, item in enumerate(body["output"]):
+        if item["type"] == "message":
+            add("response.output_item.added", output_index=output_index, item=item | {"content": []})
+            for content_index, part in enumerate(item["content"]):
+                where = {"item_id": item["id"], "output_index": output_index, "content_index": content_index}
+                add("response.content_part.added", **where, part=part | {"text": ""})
+                for piece in text_pieces(part["text"]):
+                    add("response.output_text.delta", text_chunk=True, **where, delta=piece, logprobs=[])
+                add("response.output_text.done", **where, text=part["text"], logprobs=[])
+                add("response.content_part.done", **where, part=part)
+        elif item["type"] == "function_call":
+            add("response.output_item.added", output_index=output_index, item=item | {"arguments": ""})
+            for piece in halves(item["arguments"]):
+                add(
+                    "response.function_call_arguments.delta", item_id=item["id"], output_index=output_index, delta=piece
+                )
+            add(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=output_index,
+                arguments=item["arguments"],
+            )
+        add("response.output_item.done", output_index=output_index, item=item)
+    final = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}
+    add(final.get(body["status"], "response.completed"), response=body)
+    return events
+
+
+def anthropic_events(body: dict[str, Any]) -> list[SSEEvent]:
+    usage = body["usage"]
+    start = body | {
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1},
+    }
+    events = [SSEEvent({"type": "message_start", "message": start}, event="message_start")]
+    events.append(SSEEvent({"type": "ping"}, event="ping"))
+    for index, block in enumerate(body["content"]):
+        if block["type"] == "text":
+            opening, pieces = {"type": "text", "text": ""}, text_pieces(block["text"])
+            deltas = [{"type": "text_delta", "text": piece} for piece in pieces]
+        else:
+            opening = block | {"input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": piece} for piece in halves(json.dumps(block["input"]))
+            ]
+        events.append(
+            SSEEvent({"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start")
+        )
+        events += [
+            SSEEvent(
+                {"type": "content_block_delta", "index": index, "delta": delta},
+                event="content_block_delta",
+                text_chunk=block["type"] == "text",
+            )
+            for delta in deltas
+        ]
+        events.append(SSEEvent({"type": "content_block_stop", "index": index}, event="content_block_stop"))
+    message_delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": body["stop_reason"], "stop_sequence": body.get("stop_sequence")},
+        "usage": {"output_tokens": usage["output_tokens"]},
+    }
+    events.append(SSEEvent(message_delta, event="message_delta"))
+    events.append(SSEEvent({"type": "message_stop"}, event="message_stop"))
+    return events
+
+
+def gemini_events(body: dict[str, Any]) -> list[SSEEvent]:
+    if not body.get("candidates"):
+        return [SSEEvent(body)]
+    candidate = body["candidates"][0]
+    parts = candidate["content"]["parts"]
+    tail = {key: body[key] for key in ("modelVersion", "responseId") if key in body}
+    pieces: list[tuple[dict[str, Any], bool]] = []
+    for part in parts:
+        if "text" in part:
+            pieces += [({"text": piece}, True) for piece in text_pieces(part["text"])]
+        else:
+            pieces.append((part, False))  # Gemini sends a functionCall whole, in one chunk
+    pieces = pieces or [({"text": ""}, False)]
+    events = []
+    for number, (part, is_text) in enumerate(pieces):
+        chunk_candidate: dict[str, Any] = {"content": {"role": "model", "parts": [part]}, "index": 0}
+        chunk = {"candidates": [chunk_candidate]} | tail
+        if number == len(pieces) - 1:  # the last chunk carries the finish reason and the total usage
+            chunk_candidate["finishReason"] = candidate.get("finishReason")
+            chunk["usageMetadata"] = body.get("usageMetadata")
+        events.append(SSEEvent(chunk, text_chunk=is_text))
+    return events
+
+
+SSE_BUILDERS: dict[str, Callable[[dict[str, Any]], list[SSEEvent]]] = {
+    "openai_chat": openai_chat_events,
+    "openai_responses": openai_responses_events,
+    "anthropic": anthropic_events,
+    "gemini": gemini_events,
+}
+
+
+def sse_events(api: str, body: dict[str, Any]) -> list[SSEEvent]:
+    """The server-sent events with which `api` streams the answer whose complete body is `body`."""
+    return SSE_BUILDERS[api](body)
+
+
+def stream_error_event(api: str, error_body: dict[str, Any] | None, *, sequence_number: int) -> SSEEvent:
+    """Each API's own in-stream error event; `error_body` is the error object (default: a server error)."""
+    if api == "openai_chat":  # the SDK raises on any `data:` object holding "error"
+        return SSEEvent({"error": error_body or SERVER_ERROR_BODIES[api]["error"]})
+    if api == "openai_responses":
+        error = error_body or {"code": "server_error", "message": "The server had an error processing your request."}
+        return SSEEvent({"type": "error", "sequence_number": sequence_number, "param": None} | error, event="error")
+    if api == "anthropic":
+        error = error_body or {"type": "overloaded_error", "message": "Overloaded"}
+        return SSEEvent({"type": "error", "error": error}, event="error")
+    return SSEEvent(error_body or SERVER_ERROR_BODIES["gemini"])
+
+
+def wants_stream(request: RecordedRequest) -> bool:
+    if request.api == "gemini":
+        return ":streamGenerateContent" in request.path
+    try:
+        return isinstance(request.json, dict) and request.json.get("stream") is True
+    except ValueError:
+        return False
+
+
+def sse_bytes(event: SSEEvent) -> bytes:
+    data = event.data if isinstance(event.data, str) else json.dumps(event.data)
+    return (f"event: {event.event}\n" if event.event else "").encode() + f"data: {data}\n\n".encode()
+
+
 # --- The server -----------------------------------------------------------------------------------------
 
 
@@ -317,6 +523,7 @@ class LLMStubServer:
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self.default_text = "stub reply"
+        self.chunks_sent = 0  # text chunks written by streaming answers, all requests together
         self._queues: dict[str, collections.deque[StubResponse]] = {api: collections.deque() for api in APIS}
         self._responders: dict[str, Responder] = {}
         self._lock = threading.Lock()
@@ -363,6 +570,7 @@ class LLMStubServer:
                 queue.clear()
             self._responders.clear()
             self.default_text = "stub reply"
+            self.chunks_sent = 0
 
     def requests_for(self, api: str) -> list[RecordedRequest]:
         with self._lock:
@@ -411,6 +619,9 @@ class LLMStubServer:
                     response.body = BODY_BUILDERS[request.api](text=stub.default_text)
                 if response.delay_seconds:
                     time.sleep(response.delay_seconds)
+                if response.status == 200 and isinstance(response.body, dict) and wants_stream(request):
+                    self._stream(request.api, response)
+                    return
                 if isinstance(response.body, (dict, list)):
                     payload = json.dumps(response.body).encode()
                     content_type = response.content_type or "application/json"
@@ -430,6 +641,45 @@ class LLMStubServer:
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test): nothing to answer
+
+            def _write_chunk(self, payload: bytes) -> None:
+                # Chunked transfer encoding: a connection dropped mid-body is then an error the client sees,
+                # not a normal end of the stream.
+                self.wfile.write(f"{len(payload):X}\r\n".encode() + payload + b"\r\n")
+                self.wfile.flush()
+
+            def _stream(self, api: str, response: StubResponse) -> None:
+                events = sse_events(api, response.body)
+                content_type = "text/event-stream" + ("; charset=utf-8" if api == "gemini" else "")
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    for name, value in response.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    text_chunks = 0
+                    for number, event in enumerate(events):
+                        if response.fail_after_chunks is not None and text_chunks >= response.fail_after_chunks:
+                            if response.fail_with == "disconnect":
+                                self.close_connection = True
+                                return  # no terminating chunk: the body is cut off
+                            error = stream_error_event(api, response.stream_error_body, sequence_number=number)
+                            self._write_chunk(sse_bytes(error))
+                            break
+                        if event.text_chunk and response.gate is not None and text_chunks == response.gate_after_chunks:
+                            response.gate.wait(timeout=10)
+                        if response.chunk_delay_seconds:
+                            time.sleep(response.chunk_delay_seconds)
+                        if event.text_chunk:  # counted before the write: a client may read it at once
+                            text_chunks += 1
+                            with stub._lock:
+                                stub.chunks_sent += 1
+                        self._write_chunk(sse_bytes(event))
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except OSError:  # the client went away mid-stream (its on_text raised, it timed out)
+                    self.close_connection = True
 
             do_POST = _handle  # noqa: N815
             do_GET = _handle  # noqa: N815
