@@ -43,7 +43,7 @@ from lark_oapi.event.custom import CustomizedEvent
 
 from agents.models import Bot
 from amuxweb.feishu.models import FeishuConnection
-from amuxweb.feishu.webhook import captured_event_store, event_dict, event_handler_build
+from amuxweb.feishu.webhook import captured_event_prepare, captured_event_store, event_handler_build
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +160,11 @@ class LongConnection:
 
     def _process(self, data: CustomizedEvent) -> None:
         # Blocks the SDK's loop for one INSERT (and its enqueue): the ack goes out after it, as Feishu wants.
+        event = captured_event_prepare(bot=self.bot, data=data)
+        if event is None:
+            return  # no column can hold it: acknowledged, never stored (the webhook answers 200-ignored)
         try:
-            self._in_db_thread(self._store, event=event_dict(data)).result(timeout=STORE_TIMEOUT_SECONDS)
+            self._in_db_thread(self._store, event=event).result(timeout=STORE_TIMEOUT_SECONDS)
         except FutureTimeoutError:
             # The SDK acks 500 and Feishu redelivers; if the INSERT lands later, the redelivery meets the dedupe.
             raise StoreTimeoutError(

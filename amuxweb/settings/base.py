@@ -6,6 +6,7 @@ The embedded default needs nothing set: SQLite under var/, a broker in a SQLite 
 Production sets DATABASE_URL, REDIS_URL, SECRET_KEY, FIELD_ENCRYPTION_KEY and ALLOWED_HOSTS.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 from amuxweb.env import BASE_DIR, env
@@ -39,6 +40,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "django_celery_beat",
+    "axes",
     "agents",
     "threadcontext",
     "probe",
@@ -54,6 +56,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "amuxweb.middleware.AdminQueryNulByteMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: turns a lockout into its 429 page
 ]
 
 ROOT_URLCONF = "amuxweb.urls"
@@ -93,6 +96,25 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# --- Login throttling (django-axes): the admin's login; the API has no password endpoint (tokens come from the
+# admin). A user name, and separately an address, is locked out after AXES_FAILURE_LIMIT wrong passwords for
+# AXES_COOLOFF_TIME; every further failure restarts the cool-off. Unlock: `manage.py axes_reset_username <name>`
+# or `axes_reset_ip <address>` (`axes_reset` unlocks everyone). Behind a proxy set AXES_IPWARE_PROXY_COUNT.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: it refuses a locked-out login before a password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_MINUTES = env.int("AXES_COOLOFF_MINUTES", default=15)
+AXES_COOLOFF_TIME = timedelta(minutes=AXES_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_PROXY_COUNT = env.int("AXES_IPWARE_PROXY_COUNT", default=None)
+AXES_COOLOFF_MESSAGE = (
+    f"Too many failed logins for this user or from this address: login is locked for {AXES_COOLOFF_MINUTES} minutes. "
+    "An administrator can unlock it with `manage.py axes_reset_username <name>`."
+)
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -124,6 +146,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "amuxweb.api.exception_handler",
+    # JSON with a bounded depth (amuxweb.parsers), and the two form parsers the browsable API posts with.
+    "DEFAULT_PARSER_CLASSES": [
+        "amuxweb.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "amuxweb.parsers.WordedMultiPartParser",
+    ],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
@@ -134,6 +162,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Threads, history, context and context decisions of amuxweb's agent bots.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "amuxweb.api.schema_common_responses",
+    ],
 }
 
 # --- Celery ----------------------------------------------------------------------------------------------
