@@ -89,9 +89,13 @@ def test_every_admin_changelist_fits_1440_px_with_the_sidebar_open(console_page,
         if headers.count() == 0:
             continue  # no rows, no table
         measured_with_rows.add(label)
+        # The table scrolls inside its own box (left of the filter panel): a column past that box's right edge
+        # is as hidden as one past the window's.
+        results = page.locator("#changelist .results").bounding_box()
+        visible_right = min(VIEWPORT["width"], results["x"] + results["width"])
         for index in range(headers.count()):
             box = headers.nth(index).bounding_box()
-            if box["x"] + box["width"] > VIEWPORT["width"]:
+            if box["x"] + box["width"] > visible_right + 1:  # +1: sub-pixel rounding of borders
                 overflowing.setdefault(label, []).append(headers.nth(index).inner_text().strip() or f"#{index}")
         document_width = page.evaluate("document.documentElement.scrollWidth")
         if document_width > VIEWPORT["width"]:
@@ -99,7 +103,7 @@ def test_every_admin_changelist_fits_1440_px_with_the_sidebar_open(console_page,
 
     # then
     assert set(LISTS_THAT_MUST_HAVE_ROWS) <= measured_with_rows
-    assert overflowing == {}
+    assert overflowing == {}, "columns out of sight: " + repr(overflowing)
 
 
 def test_explain_pages_and_record_pages_open_without_console_errors(console_page, operator, console_data):
@@ -139,7 +143,9 @@ def test_the_language_switcher_turns_the_console_into_chinese_and_japanese(
     page = console_page.page
     assert page.locator("html").get_attribute("lang") == language
     assert page.locator("#content h1").inner_text() == index_heading
-    assert page.locator("#site-name a").inner_text() == {"zh-hans": "amuxweb 控制台", "ja": "amuxweb コンソール"}[language]
+    assert (
+        page.locator("#site-name a").inner_text() == {"zh-hans": "amuxweb 控制台", "ja": "amuxweb コンソール"}[language]
+    )
     console_page.screenshot(f"index-{language}")
     console_page.open(reverse("admin:agents_turn_changelist"))
     assert turns_title in page.locator("#content h1").inner_text()
