@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from amuxweb.fields import EncryptedTextField
 
@@ -107,6 +108,14 @@ class Bot(models.Model):
     feishu_verification_token = EncryptedTextField(blank=True)
     # The bot's own open_id, read once from Feishu's bot info API (F6): tells @this-bot and echoes apart.
     feishu_bot_open_id = models.CharField(max_length=64, blank=True)
+    # The language of the bot's own fixed replies in chat (/help, "session ended", "could not read the quoted
+    # message"); the model's answers are in whatever language the conversation is. One of settings.LANGUAGES.
+    language = models.CharField(
+        max_length=8,
+        choices=[("en", "English"), ("zh-hans", "简体中文"), ("ja", "日本語")],
+        default="en",
+        help_text=_("The language of the bot's own replies in chat (/help, session ended, quoted message unreadable)."),
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -61,3 +61,13 @@ def change_link(obj: Model | None, label: Any = None) -> SafeString | str:
         return "-"
     url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
     return format_html('<a href="{}">{}</a>', url, obj if label is None else label)
+
+
+def model_names(model: type[Model], singular: str, plural: str) -> None:
+    """A model's names in the operator's language (pass gettext_lazy strings).
+
+    Set on the model's options at admin load instead of in Meta: Meta names are migration state, and the models
+    are edited by many hands; `_meta.original_attrs`, which migrations read, is left as it is.
+    """
+    model._meta.verbose_name = singular
+    model._meta.verbose_name_plural = plural

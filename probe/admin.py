@@ -11,11 +11,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from amuxweb.admin import AuditAdmin, change_link, compact_time
+from amuxweb.admin import AuditAdmin, change_link, compact_time, model_names
 from probe.models import ProbeJudgement
 from probe.selectors import failing_closed_bots_list
 
 FAILING_WINDOW = timedelta(hours=24)
+model_names(ProbeJudgement, _("probe judgement"), _("probe judgements"))
 
 
 @admin.register(ProbeJudgement)

@@ -14,12 +14,18 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from amuxweb.admin import AuditAdmin, compact_time
+from amuxweb.admin import AuditAdmin, compact_time, model_names
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.selection import text_preview
 
 ROOT_FILTER_CHOICES = 30
+
+model_names(Workspace, _("workspace"), _("workspaces"))
+model_names(ThreadEvent, _("thread event"), _("thread events"))
+model_names(ThreadContextItem, _("thread context item"), _("thread context items"))
+model_names(ThreadContextDecision, _("context decision"), _("context decisions"))
+model_names(SessionBinding, _("session binding"), _("session bindings"))
 
 
 class WorkspaceFilter(admin.SimpleListFilter):

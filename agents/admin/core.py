@@ -200,7 +200,7 @@ class BotAdmin(admin.ModelAdmin):
     autocomplete_fields = ["owner", "primary_model", "discuss_probe_model"]
     prepopulated_fields = {"slug": ["name"]}
     fieldsets = [
-        (None, {"fields": ["slug", "name", "owner", "primary_model", "system_prompt", "is_enabled"]}),
+        (None, {"fields": ["slug", "name", "owner", "primary_model", "system_prompt", "language", "is_enabled"]}),
         (
             _("Group behaviour"),
             {

@@ -14,11 +14,14 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from amuxweb.admin import AuditAdmin, change_link, compact_time, pretty_json
+from amuxweb.admin import AuditAdmin, change_link, compact_time, model_names, pretty_json
 from amuxweb.feishu.explain import ExplainNotFound, wake_explain_data
 from amuxweb.feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 
 MAX_ERROR_COLUMN_CHARS = 60
+model_names(InboundEvent, _("inbound event"), _("inbound events"))
+model_names(DiscussWake, _("discuss wake"), _("discuss wakes"))
+model_names(OutboundDelivery, _("outbound delivery"), _("outbound deliveries"))
 
 
 def short(text: str, limit: int = MAX_ERROR_COLUMN_CHARS) -> str:

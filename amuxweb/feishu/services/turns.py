@@ -13,15 +13,17 @@ from django.utils import timezone
 
 from agents.models import Bot, Turn
 from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.messages import RETIRED_SESSION_TEXT, bot_secrets, inbound_message_build
+from amuxweb.feishu.messages import (
+    QUOTED_READ_FAILED_TEXT,
+    RETIRED_SESSION_TEXT,
+    bot_secrets,
+    inbound_message_build,
+)
 from amuxweb.feishu.models import InboundEvent
 from amuxweb.feishu.parsing import ParsedMessage, message_parse
 
 logger = logging.getLogger(__name__)
 
-QUOTED_READ_FAILED_TEXT = (
-    "I could not read the message you replied to, so I did not send your request. Please try again."
-)
 # Queued Feishu turns older than this were never picked up (broker down at enqueue): the sweeper re-enqueues.
 TURN_SWEEP_AFTER_SECONDS = 60
 
