@@ -60,7 +60,11 @@ def test_a3_the_committed_mo_file_matches_its_po_file(locale):
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("language", "first_line"),
-    [("en", "I am an amux agent bot."), ("zh-hans", "我是 amux 智能体机器人。"), ("ja", "amux のエージェントボットです。")],
+    [
+        ("en", "I am an amux agent bot."),
+        ("zh-hans", "我是 amux 智能体机器人。"),
+        ("ja", "amux のエージェントボットです。"),
+    ],
 )
 def test_a3_the_bots_own_replies_speak_the_bots_language_whatever_the_process_speaks(language, first_line):
     # given: a bot set to a language, and a process (a worker, a request) speaking another one
