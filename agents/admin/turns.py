@@ -20,7 +20,7 @@ from agents.models import Automation, LLMModel, Provider, Turn
 from agents.services.automations import automation_delete, automation_save
 from amuxweb.admin import AuditAdmin, compact_time, pretty_json
 
-MAX_ERROR_COLUMN_CHARS = 40
+MAX_ERROR_COLUMN_CHARS = 64
 
 
 def pre(text: str) -> str:
