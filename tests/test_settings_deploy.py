@@ -20,11 +20,10 @@ ENV_VAR = re.compile(r"""\benv(?:\.\w+)?\(\s*["']([A-Z][A-Z0-9_]*)["']""")
 
 
 def _manage(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE", "PYTEST_CURRENT_TEST"}
-    }
+    # The deployment is judged as an operator would start it: without the test run's own variables
+    # (DJANGO_ALLOW_ASYNC_UNSAFE is set for the browser tests' Playwright loop, tests/browser/conftest.py).
+    ignored = {"DEBUG", "SECRET_KEY", "DJANGO_SETTINGS_MODULE", "PYTEST_CURRENT_TEST", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env = {key: value for key, value in os.environ.items() if key not in ignored}
     env.update(env_overrides)
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=120
