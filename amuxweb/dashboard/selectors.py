@@ -1,0 +1,274 @@
+"""Dashboard numbers: a fixed number of aggregate queries per render, whatever the data size.
+
+Every query is bounded to the last 7 days (indexed on its time column) and grouped by bot in the database;
+only the aggregates come back. Latency percentiles use PostgreSQL's percentile_cont; on SQLite (tests, the
+embedded default) the 24 h durations are fetched and ranked in Python, still one query.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from urllib.parse import urlencode
+
+from django.db import connection
+from django.db.models import Aggregate, Count, DurationField, F, IntegerField, Q, Sum
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce, TruncDate
+from django.urls import reverse
+
+from agents.models import Bot, Turn
+from amuxweb.dashboard.rules import (
+    HEALTH_CAUSES,
+    HEALTHY,
+    HealthInputs,
+    Segment,
+    bar_heights,
+    health_causes,
+    percentile,
+    stacked_bars,
+)
+from amuxweb.feishu.models import OutboundDelivery
+from probe.models import ProbeJudgement
+
+DAYS = 7
+CHART_HEIGHT_PX = 40
+FAILED_CLOSED = (ProbeJudgement.Outcome.MISSING, ProbeJudgement.Outcome.MALFORMED, ProbeJudgement.Outcome.ERROR)
+SILENCES = (ProbeJudgement.Outcome.NO_ACTION, *FAILED_CLOSED, ProbeJudgement.Outcome.DISABLED)
+
+
+class PercentileCont(Aggregate):
+    """PostgreSQL's ordered-set aggregate: percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+    def __init__(self, expression, *, fraction: float, **extra) -> None:
+        super().__init__(expression, fraction=float(fraction), **extra)
+
+
+@dataclass
+class Link:
+    value: int | str
+    url: str
+
+
+@dataclass
+class DayBar:
+    day: date
+    value: int
+    y: int
+    height: int
+    title: str
+
+
+@dataclass
+class BotRow:
+    bot: Bot
+    state: str
+    state_label: str
+    causes: list[tuple[str, str, str]]  # (cause, label, url)
+    numbers: dict[str, Link]
+    silences: list[tuple[str, Link]]
+    latency_p50_ms: int | None
+    latency_p95_ms: int | None
+    token_bars: list[DayBar] = field(default_factory=list)
+    # Per day (oldest first): the day and its outcome segments, stacked.
+    gate_bars: list[tuple[date, list[Segment]]] = field(default_factory=list)
+
+
+def _url(name: str, **params: object) -> str:
+    return f"{reverse(name)}?{urlencode(params)}"
+
+
+def _int_key(key: str) -> Coalesce:
+    return Coalesce(Sum(Cast(KeyTextTransform(key, "usage"), IntegerField())), 0)
+
+
+def _latencies(*, since: datetime) -> dict[int, tuple[int | None, int | None]]:
+    """(p50, p95) turn latency in ms per bot id, started_at to finished_at, over turns finished since `since`."""
+    finished = Turn.objects.filter(queued_at__gte=since, started_at__isnull=False, finished_at__isnull=False)
+    if connection.vendor == "postgresql":
+        duration = F("finished_at") - F("started_at")
+        rows = finished.values("bot_id").annotate(
+            p50=PercentileCont(duration, fraction=0.5, output_field=DurationField()),
+            p95=PercentileCont(duration, fraction=0.95, output_field=DurationField()),
+        )
+        return {
+            row["bot_id"]: (int(row["p50"].total_seconds() * 1000), int(row["p95"].total_seconds() * 1000))
+            for row in rows
+        }
+    durations: dict[int, list[int]] = defaultdict(list)
+    for bot_id, started_at, finished_at in finished.values_list("bot_id", "started_at", "finished_at"):
+        durations[bot_id].append(int((finished_at - started_at).total_seconds() * 1000))
+    return {bot_id: (percentile(values, 0.5), percentile(values, 0.95)) for bot_id, values in durations.items()}
+
+
+def _bars(per_day: dict[date, int], days: list[date], *, title: str) -> list[DayBar]:
+    values = [per_day.get(day, 0) for day in days]
+    heights = bar_heights(values, height=CHART_HEIGHT_PX)
+    return [
+        DayBar(day=day, value=value, y=CHART_HEIGHT_PX - height, height=height, title=f"{day.isoformat()}: {value} {title}")
+        for day, value, height in zip(days, values, heights, strict=True)
+    ]
+
+
+def _gate_bars(per_outcome: dict[str, dict[date, int]], days: list[date]) -> list[tuple[date, list[Segment]]]:
+    series = {
+        outcome: [per_outcome.get(outcome, {}).get(day, 0) for day in days] for outcome in ProbeJudgement.Outcome.values
+    }
+    return list(zip(days, stacked_bars(series, height=CHART_HEIGHT_PX), strict=True))
+
+
+def dashboard_rows(*, now: datetime) -> list[BotRow]:
+    """One row per bot, in name order: health and its causes, 24 h and 7 day numbers, each with its admin link."""
+    since_day = now - timedelta(hours=24)
+    since_week = now - timedelta(days=DAYS)
+    day_iso = since_day.replace(microsecond=0).isoformat()
+    week_iso = since_week.replace(microsecond=0).isoformat()
+    last_day = Q(queued_at__gte=since_day)
+
+    bots = list(Bot.objects.select_related("primary_model__provider").order_by("name", "pk"))
+
+    turns = {
+        row["bot_id"]: row
+        for row in Turn.objects.filter(queued_at__gte=since_week)
+        .values("bot_id")
+        .annotate(
+            turns_24h=Count("pk", filter=last_day),
+            replies_24h=Count("pk", filter=last_day & Q(status=Turn.Status.DELIVERED)),
+            failed_24h=Count("pk", filter=last_day & Q(status=Turn.Status.FAILED)),
+            primary_in_24h=Coalesce(
+                Sum(Cast(KeyTextTransform("input_tokens", "usage"), IntegerField()), filter=last_day), 0
+            ),
+            primary_out_24h=Coalesce(
+                Sum(Cast(KeyTextTransform("output_tokens", "usage"), IntegerField()), filter=last_day), 0
+            ),
+            primary_in_7d=_int_key("input_tokens"),
+            primary_out_7d=_int_key("output_tokens"),
+        )
+    }
+    judgement_day = Q(created_at__gte=since_day)
+    judgements = {
+        row["bot_id"]: row
+        for row in ProbeJudgement.objects.filter(created_at__gte=since_week)
+        .values("bot_id")
+        .annotate(
+            failed_closed_24h=Count("pk", filter=judgement_day & Q(outcome__in=FAILED_CLOSED)),
+            probe_in_24h=Coalesce(Sum("input_tokens", filter=judgement_day), 0),
+            probe_out_24h=Coalesce(Sum("output_tokens", filter=judgement_day), 0),
+            probe_in_7d=Coalesce(Sum("input_tokens"), 0),
+            probe_out_7d=Coalesce(Sum("output_tokens"), 0),
+            **{
+                f"silence_{outcome}": Count("pk", filter=judgement_day & Q(outcome=outcome))
+                for outcome in SILENCES
+            },
+        )
+    }
+    failed_deliveries = dict(
+        OutboundDelivery.objects.filter(created_at__gte=since_day, status=OutboundDelivery.Status.FAILED)
+        .values("bot_id")
+        .annotate(n=Count("pk"))
+        .values_list("bot_id", "n")
+    )
+    latencies = _latencies(since=since_day)
+
+    tokens_per_day: dict[int, dict[date, int]] = defaultdict(dict)
+    for row in (
+        Turn.objects.filter(queued_at__gte=since_week)
+        .annotate(day=TruncDate("queued_at"))
+        .values("bot_id", "day")
+        .annotate(tokens=_int_key("input_tokens") + _int_key("output_tokens"))
+    ):
+        tokens_per_day[row["bot_id"]][row["day"]] = row["tokens"]
+    for row in (
+        ProbeJudgement.objects.filter(created_at__gte=since_week)
+        .annotate(day=TruncDate("created_at"))
+        .values("bot_id", "day")
+        .annotate(tokens=Coalesce(Sum("input_tokens"), 0) + Coalesce(Sum("output_tokens"), 0))
+    ):
+        per_day = tokens_per_day[row["bot_id"]]
+        per_day[row["day"]] = per_day.get(row["day"], 0) + row["tokens"]
+    outcomes_per_day: dict[int, dict[str, dict[date, int]]] = defaultdict(lambda: defaultdict(dict))
+    for row in (
+        ProbeJudgement.objects.filter(created_at__gte=since_week)
+        .annotate(day=TruncDate("created_at"))
+        .values("bot_id", "day", "outcome")
+        .annotate(n=Count("pk"))
+    ):
+        outcomes_per_day[row["bot_id"]][row["outcome"]][row["day"]] = row["n"]
+
+    today = now.date()
+    days = [today - timedelta(days=offset) for offset in range(DAYS - 1, -1, -1)]
+    rows = []
+    for bot in bots:
+        t = turns.get(bot.pk, {})
+        j = judgements.get(bot.pk, {})
+        provider = bot.primary_model.provider
+        causes = health_causes(
+            HealthInputs(
+                provider_test_failed=provider.last_test_ok is False,
+                failed_closed_24h=j.get("failed_closed_24h", 0),
+                failed_turns_24h=t.get("failed_24h", 0),
+                failed_deliveries_24h=failed_deliveries.get(bot.pk, 0),
+                has_feishu_credentials=bot.has_feishu_credentials,
+            )
+        )
+        turn_list = "admin:agents_turn_changelist"
+        judgement_list = "admin:probe_probejudgement_changelist"
+        turns_day = {"bot__id__exact": bot.pk, "queued_at__gte": day_iso}
+        turns_week = {"bot__id__exact": bot.pk, "queued_at__gte": week_iso}
+        judgements_day = {"bot__id__exact": bot.pk, "created_at__gte": day_iso}
+        judgements_week = {"bot__id__exact": bot.pk, "created_at__gte": week_iso}
+        failed_closed_url = _url(judgement_list, **judgements_day, outcome__in=",".join(FAILED_CLOSED))
+        cause_urls = {
+            "provider_test_failed": reverse("admin:agents_provider_change", args=[provider.pk]),
+            "failing_closed": failed_closed_url,
+            "turns_failing": _url(turn_list, **turns_day, status__exact=Turn.Status.FAILED),
+            "deliveries_failing": _url(
+                "admin:feishu_outbounddelivery_changelist",
+                bot__id__exact=bot.pk,
+                status__exact=OutboundDelivery.Status.FAILED,
+            ),
+            "feishu_not_connected": reverse("admin:agents_bot_change", args=[bot.pk]),
+        }
+        p50, p95 = latencies.get(bot.pk, (None, None))
+        rows.append(
+            BotRow(
+                bot=bot,
+                state=causes[0] if causes else HEALTHY,
+                state_label=str(HEALTH_CAUSES[causes[0]]) if causes else HEALTHY,
+                causes=[(cause, str(HEALTH_CAUSES[cause]), cause_urls[cause]) for cause in causes],
+                numbers={
+                    "turns_24h": Link(t.get("turns_24h", 0), _url(turn_list, **turns_day)),
+                    "replies_24h": Link(
+                        t.get("replies_24h", 0), _url(turn_list, **turns_day, status__exact=Turn.Status.DELIVERED)
+                    ),
+                    "failed_closed_24h": Link(j.get("failed_closed_24h", 0), failed_closed_url),
+                    "primary_in_24h": Link(t.get("primary_in_24h", 0), _url(turn_list, **turns_day)),
+                    "primary_out_24h": Link(t.get("primary_out_24h", 0), _url(turn_list, **turns_day)),
+                    "primary_in_7d": Link(t.get("primary_in_7d", 0), _url(turn_list, **turns_week)),
+                    "primary_out_7d": Link(t.get("primary_out_7d", 0), _url(turn_list, **turns_week)),
+                    "probe_in_24h": Link(j.get("probe_in_24h", 0), _url(judgement_list, **judgements_day)),
+                    "probe_out_24h": Link(j.get("probe_out_24h", 0), _url(judgement_list, **judgements_day)),
+                    "probe_in_7d": Link(j.get("probe_in_7d", 0), _url(judgement_list, **judgements_week)),
+                    "probe_out_7d": Link(j.get("probe_out_7d", 0), _url(judgement_list, **judgements_week)),
+                },
+                silences=[
+                    (
+                        outcome,
+                        Link(
+                            j.get(f"silence_{outcome}", 0),
+                            _url(judgement_list, **judgements_day, outcome__exact=outcome),
+                        ),
+                    )
+                    for outcome in SILENCES
+                ],
+                latency_p50_ms=p50,
+                latency_p95_ms=p95,
+                token_bars=_bars(tokens_per_day.get(bot.pk, {}), days, title="tokens"),
+                gate_bars=_gate_bars(outcomes_per_day.get(bot.pk, {}), days),
+            )
+        )
+    return rows
