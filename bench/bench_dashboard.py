@@ -127,8 +127,12 @@ def _populate(*, bots: int, turns: int, messages: int, judgements: int) -> None:
         thread_ids = [thread.pk for thread in threads]
         for start in range(0, messages, BATCH):
             Message.objects.bulk_create(
-                Message(thread_id=thread_ids[n % len(thread_ids)], kind="user_message", visibility_mask=1,
-                        content=f"message {n}")  # fmt: skip
+                Message(
+                    thread_id=thread_ids[n % len(thread_ids)],
+                    kind="user_message",
+                    visibility_mask=1,
+                    content=f"message {n}",
+                )  # fmt: skip
                 for n in range(start, min(start + BATCH, messages))
             )
 
@@ -161,10 +165,11 @@ def _respread(model, column: str, *, now, span: int) -> None:
 def _measure(renders: int) -> tuple[list[int], list[float]]:
     from django.db import connection
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
+    from django.test.utils import CaptureQueriesContext, setup_test_environment
 
     from tests.agents.factories import UserFactory
 
+    setup_test_environment()  # the test client's host ("testserver") is allowed, as under pytest
     client = Client()
     client.force_login(UserFactory(username="bench-root", is_staff=True, is_superuser=True))
     client.get("/admin/")  # warm the template and URL caches

@@ -39,7 +39,7 @@ def health_causes(inputs: HealthInputs) -> list[str]:
 
 
 def percentile(values: list[int], fraction: float) -> int | None:
-    """Nearest-rank percentile; None for no values. The fallback where the database has no percentile_cont."""
+    """Nearest-rank percentile; None for no values. The fallback where the database has no percentile_disc."""
     if not values:
         return None
     ordered = sorted(values)

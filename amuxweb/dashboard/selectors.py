@@ -1,7 +1,7 @@
 """Dashboard numbers: a fixed number of aggregate queries per render, whatever the data size.
 
 Every query is bounded to the last 7 days (indexed on its time column) and grouped by bot in the database;
-only the aggregates come back. Latency percentiles use PostgreSQL's percentile_cont; on SQLite (tests, the
+only the aggregates come back. Latency percentiles use PostgreSQL's percentile_disc; on SQLite (tests, the
 embedded default) the 24 h durations are fetched and ranked in Python, still one query.
 """
 
@@ -34,14 +34,15 @@ from probe.models import ProbeJudgement
 
 DAYS = 7
 CHART_HEIGHT_PX = 40
+BAR_STEP_PX = 10
 FAILED_CLOSED = (ProbeJudgement.Outcome.MISSING, ProbeJudgement.Outcome.MALFORMED, ProbeJudgement.Outcome.ERROR)
 SILENCES = (ProbeJudgement.Outcome.NO_ACTION, *FAILED_CLOSED, ProbeJudgement.Outcome.DISABLED)
 
 
-class PercentileCont(Aggregate):
-    """PostgreSQL's ordered-set aggregate: percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)."""
+class PercentileDisc(Aggregate):
+    """PostgreSQL's ordered-set aggregate (nearest rank, like rules.percentile): percentile_disc(fraction) WITHIN GROUP (ORDER BY expression)."""
 
-    function = "percentile_cont"
+    function = "percentile_disc"
     template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
 
     def __init__(self, expression, *, fraction: float, **extra) -> None:
@@ -56,6 +57,7 @@ class Link:
 
 @dataclass
 class DayBar:
+    x: int
     day: date
     value: int
     y: int
@@ -66,6 +68,7 @@ class DayBar:
 @dataclass
 class BotRow:
     bot: Bot
+    bot_url: str
     state: str
     state_label: str
     causes: list[tuple[str, str, str]]  # (cause, label, url)
@@ -74,12 +77,12 @@ class BotRow:
     latency_p50_ms: int | None
     latency_p95_ms: int | None
     token_bars: list[DayBar] = field(default_factory=list)
-    # Per day (oldest first): the day and its outcome segments, stacked.
-    gate_bars: list[tuple[date, list[Segment]]] = field(default_factory=list)
+    # Per day (oldest first): its x, the day and its outcome segments, stacked.
+    gate_bars: list[tuple[int, date, list[Segment]]] = field(default_factory=list)
 
 
-def _url(name: str, **params: object) -> str:
-    return f"{reverse(name)}?{urlencode(params)}"
+def _url(base: str, **params: object) -> str:
+    return f"{base}?{urlencode(params)}"
 
 
 def _int_key(key: str) -> Coalesce:
@@ -92,8 +95,8 @@ def _latencies(*, since: datetime) -> dict[int, tuple[int | None, int | None]]:
     if connection.vendor == "postgresql":
         duration = F("finished_at") - F("started_at")
         rows = finished.values("bot_id").annotate(
-            p50=PercentileCont(duration, fraction=0.5, output_field=DurationField()),
-            p95=PercentileCont(duration, fraction=0.95, output_field=DurationField()),
+            p50=PercentileDisc(duration, fraction=0.5, output_field=DurationField()),
+            p95=PercentileDisc(duration, fraction=0.95, output_field=DurationField()),
         )
         return {
             row["bot_id"]: (int(row["p50"].total_seconds() * 1000), int(row["p95"].total_seconds() * 1000))
@@ -109,16 +112,24 @@ def _bars(per_day: dict[date, int], days: list[date], *, title: str) -> list[Day
     values = [per_day.get(day, 0) for day in days]
     heights = bar_heights(values, height=CHART_HEIGHT_PX)
     return [
-        DayBar(day=day, value=value, y=CHART_HEIGHT_PX - height, height=height, title=f"{day.isoformat()}: {value} {title}")
-        for day, value, height in zip(days, values, heights, strict=True)
+        DayBar(
+            x=index * BAR_STEP_PX,
+            day=day,
+            value=value,
+            y=CHART_HEIGHT_PX - height,
+            height=height,
+            title=f"{day.isoformat()}: {value} {title}",
+        )
+        for index, (day, value, height) in enumerate(zip(days, values, heights, strict=True))
     ]
 
 
-def _gate_bars(per_outcome: dict[str, dict[date, int]], days: list[date]) -> list[tuple[date, list[Segment]]]:
+def _gate_bars(per_outcome: dict[str, dict[date, int]], days: list[date]) -> list[tuple[int, date, list[Segment]]]:
     series = {
         outcome: [per_outcome.get(outcome, {}).get(day, 0) for day in days] for outcome in ProbeJudgement.Outcome.values
     }
-    return list(zip(days, stacked_bars(series, height=CHART_HEIGHT_PX), strict=True))
+    columns = stacked_bars(series, height=CHART_HEIGHT_PX)
+    return [(index * BAR_STEP_PX, day, column) for index, (day, column) in enumerate(zip(days, columns, strict=True))]
 
 
 def dashboard_rows(*, now: datetime) -> list[BotRow]:
@@ -160,10 +171,7 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
             probe_out_24h=Coalesce(Sum("output_tokens", filter=judgement_day), 0),
             probe_in_7d=Coalesce(Sum("input_tokens"), 0),
             probe_out_7d=Coalesce(Sum("output_tokens"), 0),
-            **{
-                f"silence_{outcome}": Count("pk", filter=judgement_day & Q(outcome=outcome))
-                for outcome in SILENCES
-            },
+            **{f"silence_{outcome}": Count("pk", filter=judgement_day & Q(outcome=outcome)) for outcome in SILENCES},
         )
     }
     failed_deliveries = dict(
@@ -199,6 +207,12 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
     ):
         outcomes_per_day[row["bot_id"]][row["outcome"]][row["day"]] = row["n"]
 
+    # Each list's URL reversed once per render, not per number: a reverse() costs more than the row's queries.
+    turn_list = reverse("admin:agents_turn_changelist")
+    judgement_list = reverse("admin:probe_probejudgement_changelist")
+    delivery_list = reverse("admin:feishu_outbounddelivery_changelist")
+    bot_list = reverse("admin:agents_bot_changelist")
+    provider_list = reverse("admin:agents_provider_changelist")
     today = now.date()
     days = [today - timedelta(days=offset) for offset in range(DAYS - 1, -1, -1)]
     rows = []
@@ -215,28 +229,28 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
                 has_feishu_credentials=bot.has_feishu_credentials,
             )
         )
-        turn_list = "admin:agents_turn_changelist"
-        judgement_list = "admin:probe_probejudgement_changelist"
         turns_day = {"bot__id__exact": bot.pk, "queued_at__gte": day_iso}
         turns_week = {"bot__id__exact": bot.pk, "queued_at__gte": week_iso}
         judgements_day = {"bot__id__exact": bot.pk, "created_at__gte": day_iso}
         judgements_week = {"bot__id__exact": bot.pk, "created_at__gte": week_iso}
         failed_closed_url = _url(judgement_list, **judgements_day, outcome__in=",".join(FAILED_CLOSED))
         cause_urls = {
-            "provider_test_failed": reverse("admin:agents_provider_change", args=[provider.pk]),
+            # The admin's change page is its list's URL + "<pk>/change/".
+            "provider_test_failed": f"{provider_list}{provider.pk}/change/",
             "failing_closed": failed_closed_url,
             "turns_failing": _url(turn_list, **turns_day, status__exact=Turn.Status.FAILED),
             "deliveries_failing": _url(
-                "admin:feishu_outbounddelivery_changelist",
+                delivery_list,
                 bot__id__exact=bot.pk,
                 status__exact=OutboundDelivery.Status.FAILED,
             ),
-            "feishu_not_connected": reverse("admin:agents_bot_change", args=[bot.pk]),
+            "feishu_not_connected": f"{bot_list}{bot.pk}/change/",
         }
         p50, p95 = latencies.get(bot.pk, (None, None))
         rows.append(
             BotRow(
                 bot=bot,
+                bot_url=f"{bot_list}{bot.pk}/change/",
                 state=causes[0] if causes else HEALTHY,
                 state_label=str(HEALTH_CAUSES[causes[0]]) if causes else HEALTHY,
                 causes=[(cause, str(HEALTH_CAUSES[cause]), cause_urls[cause]) for cause in causes],

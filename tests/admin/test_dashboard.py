@@ -14,7 +14,6 @@ from amuxweb.feishu.models import OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.services import probe_gate_run
 from tests.agents.factories import BotFactory, ThreadFactory, UserFactory
-from tests.probe.conftest import _fresh_gate_config_cache, make_discuss_bot, make_judge  # noqa: F401
 from tests.probe.test_gate import TRANSCRIPT
 from tests.stubs.llm_servers import StubResponse, openai_error_body
 
