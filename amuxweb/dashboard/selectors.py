@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import Aggregate, Count, DurationField, F, IntegerField, Q, Sum
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, TruncDate
+from django.http import HttpRequest
 from django.urls import reverse
 
 from agents.models import Bot, Turn
@@ -31,6 +32,7 @@ from amuxweb.dashboard.rules import (
 )
 from amuxweb.feishu.models import OutboundDelivery
 from probe.models import ProbeJudgement
+from probe.selectors import gate_config_get
 
 DAYS = 7
 CHART_HEIGHT_PX = 40
@@ -286,3 +288,40 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
             )
         )
     return rows
+
+
+RECENT = 10
+
+
+@dataclass
+class BotOverview:
+    webhook_url: str
+    probe_mode: str
+    probe_source: str
+    probe_model: str
+    probe_cause: str
+    turns: list[tuple[Turn, str]]
+    judgements: list[tuple[ProbeJudgement, str]]
+    turns_url: str
+    judgements_url: str
+
+
+def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
+    """The bot page's panel: its absolute webhook URL, its gate's current resolution, its newest turns and
+    judgements (RECENT of each, with their admin URLs). Three queries at most, whatever the bot's history."""
+    config = gate_config_get(bot=bot)
+    turn_list = reverse("admin:agents_turn_changelist")
+    judgement_list = reverse("admin:probe_probejudgement_changelist")
+    turns = list(Turn.objects.filter(bot=bot).order_by("-queued_at", "-pk")[:RECENT])
+    judgements = list(ProbeJudgement.objects.filter(bot=bot).order_by("-created_at", "-pk")[:RECENT])
+    return BotOverview(
+        webhook_url=request.build_absolute_uri(reverse("feishu:webhook", args=[bot.slug])),
+        probe_mode=config.mode,
+        probe_source=config.source,
+        probe_model=f"{config.model} ({config.model.provider.name})" if config.model is not None else "",
+        probe_cause=config.cause,
+        turns=[(turn, f"{turn_list}{turn.pk}/change/") for turn in turns],
+        judgements=[(judgement, f"{judgement_list}{judgement.pk}/change/") for judgement in judgements],
+        turns_url=_url(turn_list, bot__id__exact=bot.pk),
+        judgements_url=_url(judgement_list, bot__id__exact=bot.pk),
+    )

@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "threadcontext",
     "probe",
     "amuxweb.feishu",
+    "amuxweb.dashboard",
 ]
 
 MIDDLEWARE = [
