@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: install run simulate worker beat test lint format migrations-check bench ci
+.PHONY: install run simulate worker beat connect test lint format migrations-check bench ci
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -13,22 +13,29 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 install: $(VENV)/.installed
 
-# The embedded default: SQLite, Celery eager, local_rules provider, demo data, http://127.0.0.1:8000/admin/
+# The embedded default: SQLite, a broker in a SQLite file (no server), the local_rules provider, demo data,
+# http://127.0.0.1:8000/admin/. honcho runs the Procfile: web, one worker, beat and feishu_connect (the long
+# connection of bots that use it); one Ctrl-C stops all. manage.py's default settings are amuxweb.settings.local.
 run: install
-	DEBUG=true $(PY) manage.py migrate --noinput
-	DEBUG=true $(PY) manage.py seed_demo
-	DEBUG=true $(PY) manage.py ensure_admin
-	DEBUG=true $(PY) manage.py runserver 127.0.0.1:8000
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py ensure_admin
+	mkdir -p var
+	PATH="$(abspath $(VENV))/bin:$$PATH" DJANGO_SETTINGS_MODULE=amuxweb.settings.local $(VENV)/bin/honcho -f Procfile start
 
 # With `make run` serving in another shell: post a signed, encrypted scripted Feishu conversation to it.
 simulate: install
-	DEBUG=true $(PY) manage.py feishu_simulate --bot planner --provision
+	$(PY) manage.py feishu_simulate --bot planner --provision
 
+# A worker, beat or the long connection alone (production: DJANGO_SETTINGS_MODULE=amuxweb.settings.production).
 worker: install
-	$(VENV)/bin/celery -A amuxweb worker --loglevel=INFO
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-amuxweb.settings.local} $(VENV)/bin/celery -A amuxweb worker --loglevel=INFO
 
 beat: install
-	$(VENV)/bin/celery -A amuxweb beat --loglevel=INFO
+	DJANGO_SETTINGS_MODULE=$${DJANGO_SETTINGS_MODULE:-amuxweb.settings.local} $(VENV)/bin/celery -A amuxweb beat --loglevel=INFO
+
+connect: install
+	$(PY) manage.py feishu_connect
 
 # SQLite by default; against PostgreSQL + Redis (+ a real Celery worker) when DATABASE_URL/REDIS_URL are set.
 test: install
@@ -43,7 +50,7 @@ format: install
 	$(VENV)/bin/ruff format .
 
 migrations-check: install
-	DEBUG=true $(PY) manage.py makemigrations --check --dry-run
+	$(PY) manage.py makemigrations --check --dry-run
 
 bench: install
 	$(PY) -m bench

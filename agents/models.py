@@ -1,6 +1,7 @@
 """Bots, LLM providers and models, threads and messages (with their visibility mask), turns, automations."""
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -73,10 +74,18 @@ class Bot(models.Model):
         MENTION = "mention", "Only when @-mentioned or replied to"
         DISCUSS = "discuss", "Discuss: may speak on its own (probe gated)"
 
+    class ReplyFormat(models.TextChoices):
+        MARKDOWN_CARD = "markdown_card", "Markdown card (renders headings, lists, code)"
+        TEXT = "text", "Plain text"
+
     class ProbeMode(models.TextChoices):
         INHERIT = "inherit", "Inherit (owner's title model)"
         OFF = "off", "Off (ungated)"
         MODEL = "model", "Model (the probe model below)"
+
+    class FeishuEventMode(models.TextChoices):
+        WEBHOOK = "webhook", "Webhook (Feishu posts to a public URL)"
+        LONG_CONNECTION = "long_connection", "Long connection (no public URL needed)"
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=100)
@@ -111,6 +120,31 @@ class Bot(models.Model):
     feishu_verification_token = EncryptedTextField(blank=True)
     # The bot's own open_id, read once from Feishu's bot info API (F6): tells @this-bot and echoes apart.
     feishu_bot_open_id = models.CharField(max_length=64, blank=True)
+    # How Feishu delivers this app's events (G6): a webhook needs a public URL; a long connection is dialled out
+    # by `manage.py feishu_connect` and needs none. Both store through the same handler and dedupe.
+    feishu_event_mode = models.CharField(
+        max_length=16,
+        choices=FeishuEventMode.choices,
+        default=FeishuEventMode.WEBHOOK,
+        help_text="Webhook: Feishu posts to /feishu/webhook/<slug>/ (needs a public HTTPS URL). Long connection: "
+        "the hub dials out to Feishu (no public URL; run `manage.py feishu_connect`, which `make run` starts).",
+    )
+    # How Feishu replies look (R2) and the receipt reactions (R1); emoji names are Feishu's emoji_type values.
+    reply_format = models.CharField(max_length=16, choices=ReplyFormat.choices, default=ReplyFormat.MARKDOWN_CARD)
+    receipt_emoji = models.CharField(
+        max_length=32,
+        blank=True,
+        default="OnIt",
+        validators=[RegexValidator(r"^[A-Za-z_]+$", "A Feishu emoji_type such as OnIt.")],
+        help_text="Reaction added to a message when its turn starts, removed on delivery. Empty: none.",
+    )
+    failure_emoji = models.CharField(
+        max_length=32,
+        blank=True,
+        default="CrossMark",
+        validators=[RegexValidator(r"^[A-Za-z_]+$", "A Feishu emoji_type such as CrossMark.")],
+        help_text="Reaction that replaces the receipt when the turn fails. Empty: none.",
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -201,10 +235,13 @@ class Turn(models.Model):
         AUTOMATION = "automation", "Automation"
 
     class Status(models.TextChoices):
+        # L1: queued -> running -> replied -> delivered | delivery_failed | failed (+ skipped). "Delivered" means a
+        # person can see it: a Feishu reply posted, a REST or automation reply stored (nothing more to deliver).
         QUEUED = "queued", "Queued"
-        GATED = "gated", "Gated (probe declined)"
         RUNNING = "running", "Running"
+        REPLIED = "replied", "Replied (not delivered yet)"
         DELIVERED = "delivered", "Delivered"
+        DELIVERY_FAILED = "delivery_failed", "Delivery failed"
         FAILED = "failed", "Failed"
         SKIPPED = "skipped", "Skipped"
 
@@ -224,7 +261,7 @@ class Turn(models.Model):
     retry_history = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     queued_at = models.DateTimeField(auto_now_add=True)
-    # When turn_run_task was last handed to the broker (REST enqueue or the sweeper); null when never, or when
+    # When turn_run_task was last handed to the broker (on creation or by the sweeper); null when never, or when
     # the broker refused it. turns_sweep re-enqueues only once a healthy broker could no longer be holding it.
     enqueued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -233,6 +270,12 @@ class Turn(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # How many times turns_sweep re-enqueued the turn after it was left running; capped, then the turn fails.
     sweeps = models.PositiveSmallIntegerField(default=0)
+    # When the reply was stored (status replied); the sweeper resumes delivery of a reply left undelivered.
+    replied_at = models.DateTimeField(null=True, blank=True)
+    # Delivery attempts of the stored reply (same uuids each time); capped, then delivery_failed.
+    delivery_attempts = models.PositiveSmallIntegerField(default=0)
+    # What the channel noted when it prepared the turn, for its delivery (Feishu: whether the topic root went in).
+    channel_state = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [
@@ -276,3 +319,87 @@ class Automation(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class McpServer(models.Model):
+    """One MCP server a bot may use as tools (M1). Secrets (environment, headers) are encrypted, write-only."""
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio (a local command)"
+        STREAMABLE_HTTP = "streamable_http", "Streamable HTTP (a URL)"
+
+    class OnFailure(models.TextChoices):
+        # Per server, not per bot: one bot may depend on its issue tracker and merely like a web search.
+        CONTINUE = "continue", "Continue the turn without this server (the failure is recorded)"
+        FAIL = "fail", "Fail the turn with a readable error"
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.CharField(
+        max_length=32,
+        validators=[RegexValidator(r"^[a-z][a-z0-9_]*$", "Lower-case letters, digits and _, starting with a letter.")],
+        help_text="Short name; the model sees tools as <name>__<tool>.",
+    )
+    transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.STDIO)
+    command = models.CharField(max_length=500, blank=True, help_text="stdio: the executable to start.")
+    args = models.JSONField(default=list, blank=True, help_text='stdio: a JSON list of strings, e.g. ["-y", "x"].')
+    # JSON objects of strings, encrypted at rest: API tokens live here.
+    environment = EncryptedTextField(blank=True, help_text="stdio: extra environment variables (JSON object).")
+    url = models.URLField(blank=True, max_length=500, help_text="streamable HTTP: the endpoint URL.")
+    headers = EncryptedTextField(blank=True, help_text="streamable HTTP: request headers (JSON object).")
+    allowed_tools = models.JSONField(
+        default=list, blank=True, help_text="Tool names the bot may call (JSON list); empty: none."
+    )
+    is_enabled = models.BooleanField(default=True)
+    on_failure = models.CharField(max_length=16, choices=OnFailure.choices, default=OnFailure.CONTINUE)
+    # Null: the hub's settings (AMUX_TOOL_*). A turn uses the tightest value among the bot's enabled servers.
+    call_timeout_seconds = models.FloatField(null=True, blank=True)
+    max_steps = models.PositiveSmallIntegerField(null=True, blank=True)
+    time_budget_seconds = models.FloatField(null=True, blank=True)
+    last_test_ok = models.BooleanField(null=True, blank=True)
+    last_test_at = models.DateTimeField(null=True, blank=True)
+    last_test_error = models.TextField(blank=True)
+    last_test_tools = models.JSONField(default=list, blank=True, help_text="[{name, description}] at the last test.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "MCP server"
+        constraints = [models.UniqueConstraint(fields=["bot", "name"], name="mcpserver_unique_bot_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.transport})"
+
+
+class TurnToolCall(models.Model):
+    """One tool call of a turn and what came back (M2), recorded before the loop's next step.
+
+    step 0 rows are set-up failures (a server that did not start); calls are steps 1..N, index in the step.
+    """
+
+    class Status(models.TextChoices):
+        OK = "ok", "OK"
+        ERROR = "error", "Error"
+        REFUSED = "refused", "Refused (not allowed)"
+        TIMEOUT = "timeout", "Timed out"
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_calls")
+    step = models.PositiveSmallIntegerField()
+    index = models.PositiveSmallIntegerField()
+    call_id = models.CharField(max_length=200, blank=True, help_text="The provider's id of the call.")
+    server = models.CharField(max_length=32, blank=True)
+    tool = models.CharField(max_length=200)
+    arguments = models.JSONField(default=dict, blank=True)
+    result = models.TextField(blank=True, help_text="What the model got back (storable, redacted, capped).")
+    status = models.CharField(max_length=16, choices=Status.choices)
+    duration_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["turn", "step", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "step", "index"], name="turntoolcall_unique_turn_step_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} ({self.status})"

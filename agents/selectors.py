@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import F, QuerySet
 
 from agents.models import Bot, Message, Thread, Turn
+from agents.services.turns.assembly import context_messages_upper_bound, primary_input_build
 from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 from amuxweb.exceptions import ApplicationError, NotFoundError
 
@@ -159,9 +160,6 @@ def context_messages_assembled(*, thread: Thread) -> list[Message]:
     the newest that fit its token budget after the system prompt (the next request's own text, unknown here, takes
     its share when a turn runs). Bounded by the window, never by the thread's length.
     """
-    # agents.services.turns imports this module: imported here, not at the top.
-    from agents.services.turns import context_messages_upper_bound, primary_input_build
-
     model = thread.bot.primary_model
     candidates = context_messages_list(
         thread=thread, limit=context_messages_upper_bound(context_window=model.context_window)

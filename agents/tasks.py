@@ -1,38 +1,35 @@
 """Celery tasks of the agents app: thin, each loads by id and calls one service.
 
-Both tasks are acks_late: a worker killed mid-turn leaves the message unacknowledged, the broker redelivers
-it, and the idempotent turn (agents/services/turns.py) completes exactly once. A transient provider error
-comes back as `TurnRetryLater` and becomes a Celery retry after its backoff (run eagerly, without a broker,
-the task tries again at once; the turn's attempt cap still bounds it).
+This module imports no service at load time (services enqueue these tasks: agents.services.enqueue). Every turn,
+whatever its trigger, runs in `turn_run_task` (acks_late, reject_on_worker_lost): a worker killed mid-turn leaves
+the message unacknowledged, the broker redelivers it and the idempotent turn completes exactly once. A transient
+failure comes back as `TurnRetryLater` and becomes a Celery retry after its backoff (run eagerly, without a broker,
+the task tries again at once; the ledger's attempt caps bound it either way).
 """
 
 from celery import shared_task
 
-from agents.services.turns import TURN_MAX_ATTEMPTS
+# Above the ledger's caps (model attempts + delivery attempts), which are the real bound.
+TURN_TASK_MAX_RETRIES = 16
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_MAX_ATTEMPTS)
-def turn_run_task(self, turn_id: int) -> int | None:
-    """Run turn `turn_id`; the reply message id, or None (failed, gated, nothing to say)."""
-    from agents.models import Turn
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_TASK_MAX_RETRIES)
+def turn_run_task(self, turn_id: int) -> str:
+    """Run turn `turn_id` through its lifecycle; the outcome ("delivered", "failed", ...)."""
     from agents.services.turns import TurnRetryLater, turn_run
 
-    turn = Turn.objects.filter(pk=turn_id).first()
-    if turn is None:
-        return None
     while True:
         try:
-            reply = turn_run(turn=turn)
+            return turn_run(turn_id=turn_id)
         except TurnRetryLater as exc:
             if self.request.is_eager:
-                continue  # no broker to schedule a retry on; turn_run's attempt cap ends the loop
+                continue  # no broker to schedule a retry on; the ledger's caps end the loop
             raise self.retry(exc=exc, countdown=exc.countdown_seconds) from exc
-        return reply.pk if reply else None
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_MAX_ATTEMPTS)
-def automation_run_task(self, automation_id: int, run_id: str = "") -> int | None:
-    """Beat's entry point (and "Run now"'s): one run of the automation; the reply message id or None."""
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_TASK_MAX_RETRIES)
+def automation_run_task(self, automation_id: int, run_id: str = "") -> str | None:
+    """Beat's entry point (and "Run now"'s): one run of the automation; the turn's outcome, or None (not run)."""
     from agents.models import Automation
     from agents.services.automations import automation_run
     from agents.services.turns import TurnRetryLater
@@ -44,17 +41,16 @@ def automation_run_task(self, automation_id: int, run_id: str = "") -> int | Non
         return None
     while True:
         try:
-            reply = automation_run(automation=automation, run_id=run_id or self.request.id)
+            return automation_run(automation=automation, run_id=run_id or self.request.id)
         except TurnRetryLater as exc:
             if self.request.is_eager:
                 continue  # see turn_run_task
             raise self.retry(exc=exc, countdown=exc.countdown_seconds) from exc
-        return reply.pk if reply else None
 
 
 @shared_task
 def turns_sweep_task() -> int:
-    """Beat ("agents-turns-sweep"): re-enqueue REST turns whose enqueue was lost (broker down at the time)."""
+    """Beat ("agents-turns-sweep", every minute): the one turn sweeper, every trigger (agents.services.turns.sweep)."""
     from agents.services.turns import turns_sweep
 
     return turns_sweep()

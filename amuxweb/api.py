@@ -45,3 +45,30 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"message": "Not found.", "extra": {}}, status=404)
     return defaults.page_not_found(request, exception)
+
+
+# gunicorn's default limit_request_line: a longer request line is answered 414 before Django sees it.
+REQUEST_LINE_MAX_BYTES = 4094
+
+
+def schema_common_responses(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook: the answers every API operation may give, so the schema says so.
+
+    401 for a request without valid credentials (every /api/v1/ view requires them), and 414 for a request line
+    over gunicorn's limit.
+    """
+    too_long = (
+        f"The request line (method, path and query) is longer than {REQUEST_LINE_MAX_BYTES} bytes: the server "
+        "(gunicorn) refuses it before the API sees it, with a plain-text body."
+    )
+    error_body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path, operations in result.get("paths", {}).items():
+        for operation in operations.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            if path.startswith("/api/v1/"):
+                operation["responses"].setdefault(
+                    "401", {"description": "No valid token or session.", "content": error_body}
+                )
+            operation["responses"].setdefault("414", {"description": too_long})
+    return result

@@ -2,7 +2,7 @@ import os
 
 from celery import Celery
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "amuxweb.settings.base")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "amuxweb.settings.production")
 
 app = Celery("amuxweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")

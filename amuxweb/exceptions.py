@@ -11,3 +11,9 @@ class ApplicationError(Exception):
 
 class NotFoundError(ApplicationError):
     status_code = 404
+
+
+class ConflictError(ApplicationError):
+    """The request is well formed but the object's state refuses it (a retired thread, a Feishu thread)."""
+
+    status_code = 409

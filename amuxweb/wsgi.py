@@ -2,7 +2,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "amuxweb.settings.base")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "amuxweb.settings.production")
 
 application = get_wsgi_application()
 

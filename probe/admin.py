@@ -10,7 +10,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 
 from probe.models import ProbeJudgement
-from probe.selectors import failing_closed_bots_list
+from probe.selectors import failing_closed_bots_list, misconfigured_bots_list
 
 FAILING_WINDOW = timedelta(hours=24)
 
@@ -80,5 +80,10 @@ class ProbeJudgementAdmin(admin.ModelAdmin):
                 for row in rows
             ],
             "since": timezone.now() - FAILING_WINDOW,
+            # G2: bots that cannot answer as configured, listed with the cause instead of staying silent.
+            "misconfigured": [
+                {"row": row, "bot_url": reverse("admin:agents_bot_change", args=[row.bot_id])}
+                for row in misconfigured_bots_list()
+            ],
         }
         return TemplateResponse(request, "admin/probe/failing_closed.html", context)

@@ -175,3 +175,36 @@ def failing_closed_bots_list(
         )
         for row in rows
     ]
+
+
+@dataclass(frozen=True)
+class MisconfiguredBot:
+    bot_id: int
+    bot_name: str
+    cause: str  # a sentence an operator can act on
+
+
+def misconfigured_bots_list() -> list[MisconfiguredBot]:
+    """Enabled bots that cannot answer as configured, each with its cause (G2: never silently muted).
+
+    A disabled primary model or provider answers nothing anywhere; a discuss bot whose chosen judge cannot run
+    fails every wake closed; a discuss bot without a Feishu app hears no group at all.
+    """
+    rows: list[MisconfiguredBot] = []
+    bots = Bot.objects.filter(is_enabled=True).select_related(
+        "primary_model__provider", "discuss_probe_model__provider"
+    )
+    for bot in bots.order_by("name"):
+        causes = []
+        if not bot.primary_model.is_enabled:
+            causes.append(f"its model {bot.primary_model} is disabled")
+        elif not bot.primary_model.provider.is_enabled:
+            causes.append(f"the provider of its model {bot.primary_model} is disabled")
+        if bot.group_reply_mode == Bot.GroupReplyMode.DISCUSS:
+            config = gate_config_get(bot=bot)
+            if config.cause and config.gate_ran:
+                causes.append(f"its discuss judge cannot run ({config.cause}): every wake fails closed")
+            if not bot.has_feishu_credentials:
+                causes.append("it is in discuss mode but has no Feishu app: it hears no group")
+        rows.extend(MisconfiguredBot(bot_id=bot.pk, bot_name=bot.name, cause=cause) for cause in causes)
+    return rows

@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from agents.llm.base import ChatMessage, CompletionResult, LLMClient, LLMError
 from agents.models import Bot, LLMModel, Thread, Turn
+from amuxweb.text import storable_text
 from probe.models import ProbeJudgement
 from probe.rules import (
     PROBE_TIMEOUT_SECONDS,
@@ -124,6 +125,9 @@ def _finish(
     elif not outcome:
         outcome = Outcome.ERROR  # a gate that ran and has no verdict failed closed
     activated = gate_ran and activated and outcome == Outcome.ACT
+    # The judge's reason and a provider's error are outside text (L3): made storable here, the one exit every path
+    # takes, so the row and the log record are written whatever the model answered.
+    reason, error = storable_text(reason), storable_text(error)
     judgement = ProbeJudgement.objects.create(
         bot=bot,
         thread=thread,

@@ -30,6 +30,16 @@ CELERY_WORKER_VISIBILITY_TIMEOUT_SECONDS = 3
 
 
 @pytest.fixture(autouse=True)
+def _fresh_process_cache():
+    """Cached rows (a workspace's reply policy, a bot's gate config) never leak from one test into the next."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _celery_eager_unless_real_worker(request):
     """Run tasks in-process for every test not marked `celery_worker` (REDIS_URL or not)."""
     if request.node.get_closest_marker("celery_worker"):

@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.selection import text_preview
+from threadcontext.selectors import workspace_cache_forget
 
 ROOT_FILTER_CHOICES = 30
 
@@ -72,13 +73,52 @@ class WorkspaceAdmin(admin.ModelAdmin):
         "bot_profile",
         "chat_id",
         "mode",
+        "reply_mode",
+        "chat_mode",
         "thread_context_limit",
         "session_scope",
-        "topic_root_enabled",
-        "shared_thread_enabled",
+        "is_created_automatically",
+        "retired_at",
     ]
-    list_filter = ["mode", "session_scope", "bot_profile"]
+    list_filter = ["mode", "reply_mode", "is_created_automatically", "session_scope", "bot_profile"]
     search_fields = ["name", "chat_id", "bot_profile"]
+    readonly_fields = [
+        "chat_mode",
+        "group_message_type",
+        "chat_mode_checked_at",
+        "is_created_automatically",
+        "retired_at",
+    ]
+    fieldsets = [
+        (None, {"fields": ["bot_profile", "chat_id", "name", "mode", "owner_open_id", "thread_context_limit"]}),
+        ("Reply policy (G5)", {"fields": ["reply_mode", "respond_to_at_all", "allowed_open_ids"]}),
+        ("Sessions and context", {"fields": ["session_scope", "topic_root_enabled", "shared_thread_enabled"]}),
+        (
+            "From Feishu",
+            {
+                "fields": [
+                    "chat_mode",
+                    "group_message_type",
+                    "chat_mode_checked_at",
+                    "is_created_automatically",
+                    "retired_at",
+                ]
+            },
+        ),
+    ]
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        # The reply policy is read from a cache (G5): the next message of this group reads the saved row.
+        workspace_cache_forget(bot_profile=obj.bot_profile, chat_id=obj.chat_id)
+        if change and ("bot_profile" in form.changed_data or "chat_id" in form.changed_data):
+            workspace_cache_forget(
+                bot_profile=form.initial.get("bot_profile", ""), chat_id=form.initial.get("chat_id", "")
+            )
+
+    def delete_model(self, request, obj) -> None:
+        super().delete_model(request, obj)
+        workspace_cache_forget(bot_profile=obj.bot_profile, chat_id=obj.chat_id)
 
 
 @admin.register(ThreadEvent)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.utils.module_loading import import_string
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -38,9 +38,24 @@ def decision_access_allowed(*, user, bot_profile: str) -> bool:
 
 
 class ContextDecisionFilterSerializer(serializers.Serializer):
-    root_msg_id = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
-    profile = serializers.SlugField(max_length=64, required=False, allow_blank=True, default="")
-    chat_id = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    """The list's query parameters; also their OpenAPI description (lengths and the slug pattern)."""
+
+    root_msg_id = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, default="", help_text="The Feishu topic's root message id."
+    )
+    # A RegexField, not a SlugField, so the schema's pattern admits the empty value the API accepts.
+    profile = serializers.RegexField(
+        r"^[-a-zA-Z0-9_]*$",
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The bot's slug (required unless staff).",
+        error_messages={"invalid": "Enter a bot slug: letters, numbers, underscores or hyphens."},
+    )
+    chat_id = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, default="", help_text="The Feishu chat id."
+    )
 
 
 class ContextDecisionItemSerializer(serializers.Serializer):
@@ -77,12 +92,12 @@ class ContextDecisionOutputSerializer(serializers.Serializer):
 class ContextDecisionListApi(APIView):
     @extend_schema(
         operation_id="context_decisions_list",
-        parameters=[
-            OpenApiParameter("root_msg_id", str, description="The Feishu topic's root message id."),
-            OpenApiParameter("profile", str, description="The bot's slug (required unless staff)."),
-            OpenApiParameter("chat_id", str, description="The Feishu chat id."),
-        ],
-        responses={200: ContextDecisionOutputSerializer(many=True), 400: CONTEXT_DECISION_ERROR},
+        parameters=[ContextDecisionFilterSerializer],
+        responses={
+            200: ContextDecisionOutputSerializer(many=True),
+            400: CONTEXT_DECISION_ERROR,
+            403: CONTEXT_DECISION_ERROR,
+        },
         summary="Context decisions, newest first (at most 50)",
     )
     def get(self, request: Request) -> Response:

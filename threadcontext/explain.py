@@ -1,17 +1,43 @@
 """Explain output (seed 002 "最小 Explain CLI", ARCHITECTURE C12): one decision as terminal text and as a dict.
 
-The CLI prints `decision_explain_text`; the API and the admin page show `decision_explain_data`. Both read only
-the decision row, so a decision still explains itself after retention removed its items.
+The CLI prints `decision_explain_text`; the API and the admin page show `decision_explain_data`. Both read the
+decision row, so a decision still explains itself after retention removed its items, plus one bounded query for
+the messages of its timeline their senders recalled (G7), so explain says why they are not there.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from datetime import datetime
 
-from threadcontext.models import ThreadContextDecision
+from threadcontext.models import ThreadContextDecision, ThreadEvent
 from threadcontext.selection import text_preview
+from threadcontext.services.recall import RECALLED_KEY
 
 PREVIEW_WIDTH = 60
+RECALLED_LIMIT = 20
+
+
+def _recalled(decision: ThreadContextDecision) -> list[dict]:
+    """The timeline's recalled messages (newest first, bounded), each before or after this decision."""
+    rows = (
+        ThreadEvent.objects.filter(
+            chat_id=decision.chat_id, root_msg_id=decision.root_msg_id, metadata__has_key=RECALLED_KEY
+        )
+        .order_by("-id")
+        .values_list("message_id", "metadata")[: RECALLED_LIMIT * 4]
+    )
+    seen: dict[str, dict] = {}
+    for message_id, metadata in rows:
+        if message_id in seen or len(seen) >= RECALLED_LIMIT:
+            continue
+        recalled_at = str((metadata or {}).get(RECALLED_KEY, ""))
+        try:
+            before = decision.created_at is not None and datetime.fromisoformat(recalled_at) <= decision.created_at
+        except ValueError:
+            before = False
+        seen[message_id] = {"message_id": message_id, "recalled_at": recalled_at, "before_decision": before}
+    return list(seen.values())
 
 
 def decision_explain_data(*, decision: ThreadContextDecision) -> dict:
@@ -32,6 +58,7 @@ def decision_explain_data(*, decision: ThreadContextDecision) -> dict:
         "selected": list(diagnostics.get("selected_items", [])),
         "excluded": list(decision.excluded or []),
         "diagnostics": {key: value for key, value in diagnostics.items() if key != "selected_items"},
+        "recalled": _recalled(decision),
         "thread_context": decision.thread_context,
         "prompt_preview": decision.prompt_preview,
         "created_at": decision.created_at.isoformat() if decision.created_at else None,
@@ -111,6 +138,9 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
         lines.extend(text_table(["id", "type", "source", "reason", "chars", "preview"], rows))
     else:
         lines.append("(none)")
+    for recalled in data["recalled"]:
+        when = "before this decision" if recalled["before_decision"] else "after this decision (later ones skip it)"
+        lines.append(f"recalled {recalled['message_id']}: removed from thread context {when}")
     if verbose:
         lines += ["", "thread context:", data["thread_context"] or "(empty)", "", "prompt preview:"]
         lines.append(data["prompt_preview"] or "(empty)")

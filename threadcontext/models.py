@@ -7,6 +7,12 @@ as the seed's store does, so this app never imports `agents`.
 from django.db import models
 from django.db.models import Q
 
+# G1: the root key of an ordinary group's main timeline. Un-addressed top-level messages (no thread_id) of a chat
+# whose mode is not "topic" are recorded, woken, judged and answered under this key, so the collector, the
+# selector, the judge's transcript, the discuss wake and an @ in the main timeline all read one timeline per chat.
+# Feishu ids start "om_", so it never collides with a real root.
+MAIN_TIMELINE_KEY = "main"
+
 
 class Workspace(models.Model):
     class Mode(models.TextChoices):
@@ -27,7 +33,30 @@ class Workspace(models.Model):
     # Null = the hub-wide setting (AMUX_FEISHU_TOPIC_ROOT_ENABLED / AMUX_FEISHU_SHARED_THREAD_ENABLED).
     topic_root_enabled = models.BooleanField(null=True, blank=True)
     shared_thread_enabled = models.BooleanField(null=True, blank=True)
+
+    class ReplyMode(models.TextChoices):
+        INHERIT = "", "The bot's group reply mode"
+        MENTION = "mention", "Only when @-mentioned or replied to"
+        DISCUSS = "discuss", "Discuss (may speak unasked, gated by the probe)"
+        OFF = "off", "Off (records context, never replies here)"
+
+    # G5 / issue 12 item 4: this group's reply policy, on top of the bot's.
+    reply_mode = models.CharField(max_length=16, choices=ReplyMode.choices, default=ReplyMode.INHERIT, blank=True)
+    respond_to_at_all = models.BooleanField(default=False, help_text="An @all counts as an @ of this bot.")
+    allowed_open_ids = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Open ids of the people who may trigger the bot here; empty: everyone (owner_only still applies).",
+    )
+    # G1: the chat's mode from im.v1.chat.get, read once ("" = not known yet).
+    chat_mode = models.CharField(max_length=16, blank=True)
+    group_message_type = models.CharField(max_length=16, blank=True)
+    chat_mode_checked_at = models.DateTimeField(null=True, blank=True)
+    # G2: created by the hub (first group message, or the bot added to the group), not by an operator.
+    is_created_automatically = models.BooleanField(default=False)
+    retired_at = models.DateTimeField(null=True, blank=True, help_text="The bot was removed from the group.")
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         constraints = [
@@ -36,6 +65,23 @@ class Workspace(models.Model):
 
     def __str__(self) -> str:
         return self.name or self.chat_id
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        ids = self.allowed_open_ids
+        if not isinstance(ids, list) or not all(isinstance(value, str) and value.strip() for value in ids):
+            raise ValidationError({"allowed_open_ids": 'A JSON list of open ids, e.g. ["ou_1234"]; [] for everyone.'})
+        self.allowed_open_ids = [value.strip() for value in ids]
+
+    @property
+    def is_chat_mode_known(self) -> bool:
+        return bool(self.chat_mode)
+
+    @property
+    def is_topic_chat(self) -> bool:
+        """Every message is a topic: a topic group, or a group in topic form (Feishu's own fields, G1)."""
+        return self.chat_mode == "topic" or self.group_message_type == "thread"
 
 
 class ThreadEvent(models.Model):

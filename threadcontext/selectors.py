@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import Q, QuerySet
 
@@ -39,6 +40,32 @@ class WorkspaceSettings:
 
 def workspace_get(*, bot_profile: str, chat_id: str) -> Workspace | None:
     return Workspace.objects.filter(bot_profile=bot_profile, chat_id=chat_id).first()
+
+
+_NO_WORKSPACE = "none"
+
+
+def _workspace_cache_key(*, bot_profile: str, chat_id: str) -> str:
+    return f"threadcontext:workspace:{bot_profile}:{chat_id}"
+
+
+def workspace_cached_get(*, bot_profile: str, chat_id: str) -> Workspace | None:
+    """The workspace (its reply policy, G5), from the cache: 0 queries per message once read.
+
+    Every write through threadcontext's services and the admin drops the entry (`workspace_cache_forget`);
+    another process sees a change within AMUX_WORKSPACE_CACHE_SECONDS.
+    """
+    key = _workspace_cache_key(bot_profile=bot_profile, chat_id=chat_id)
+    cached = cache.get(key)
+    if cached is not None:
+        return None if cached == _NO_WORKSPACE else cached
+    workspace = workspace_get(bot_profile=bot_profile, chat_id=chat_id)
+    cache.set(key, workspace if workspace is not None else _NO_WORKSPACE, timeout=settings.AMUX_WORKSPACE_CACHE_SECONDS)
+    return workspace
+
+
+def workspace_cache_forget(*, bot_profile: str, chat_id: str) -> None:
+    cache.delete(_workspace_cache_key(bot_profile=bot_profile, chat_id=chat_id))
 
 
 def workspace_settings_resolve(*, workspace: Workspace | None) -> WorkspaceSettings:

@@ -183,12 +183,19 @@ class BotAdmin(admin.ModelAdmin):
         "group_reply_mode",
         "discuss_probe_mode",
         "feishu_app_id",
+        "feishu_event_mode",
         "feishu_app_secret_state",
         "feishu_encrypt_key_state",
         "feishu_verification_token_state",
         "is_enabled",
     ]
-    list_filter = ["is_enabled", "group_reply_mode", "discuss_probe_mode", "primary_model__provider"]
+    list_filter = [
+        "is_enabled",
+        "group_reply_mode",
+        "discuss_probe_mode",
+        "feishu_event_mode",
+        "primary_model__provider",
+    ]
     search_fields = ["slug", "name", "owner__username", "feishu_app_id"]
     list_select_related = ["owner", "primary_model", "primary_model__provider"]
     autocomplete_fields = ["owner", "primary_model", "discuss_probe_model"]
@@ -211,6 +218,8 @@ class BotAdmin(admin.ModelAdmin):
             "Feishu app",
             {
                 "fields": [
+                    "feishu_event_mode",
+                    "feishu_connection_state",
                     "feishu_app_id",
                     "feishu_bot_open_id",
                     "feishu_app_secret",
@@ -222,7 +231,34 @@ class BotAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        ("Feishu replies", {"fields": ["reply_format", "receipt_emoji", "failure_emoji"]}),
     ]
+
+    readonly_fields = ["feishu_connection_state"]
+
+    @admin.display(description="Long connection")
+    def feishu_connection_state(self, bot: Bot) -> str:
+        # Written by `manage.py feishu_connect` (the bridge's FeishuConnection row, read through the reverse
+        # relation: agents never imports the bridge).
+        connection = getattr(bot, "feishu_connection", None) if bot.pk else None
+        if connection is None:
+            if bot.feishu_event_mode == Bot.FeishuEventMode.LONG_CONNECTION:
+                return "Not connected yet: is `manage.py feishu_connect` (started by `make run`) running?"
+            return "-"
+        parts = [connection.get_state_display()]
+        if connection.connected_since:
+            parts.append(f"since {connection.connected_since:%Y-%m-%d %H:%M:%S %Z}")
+        parts.append(
+            f"last event {connection.last_event_at:%Y-%m-%d %H:%M:%S %Z}"
+            if connection.last_event_at
+            else "no event yet"
+        )
+        parts.append(f"{connection.events_received} event(s), {connection.reconnects} reconnect(s)")
+        if connection.hostname:
+            parts.append(f"on {connection.hostname} (pid {connection.pid})")
+        if connection.last_error:
+            parts.append(f"last error at {connection.last_error_at:%Y-%m-%d %H:%M:%S %Z}: {connection.last_error}")
+        return "; ".join(parts)
 
     @admin.display(description="App secret")
     def feishu_app_secret_state(self, bot: Bot) -> str:

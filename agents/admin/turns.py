@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from agents.admin.tool_calls import TurnToolCallInline
 from agents.llm.base import LLMError
 from agents.llm.registry import llm_connection_test
 from agents.models import Automation, LLMModel, Provider, Turn
@@ -57,8 +58,10 @@ class TurnAdmin(admin.ModelAdmin):
         "status",
         "error",
         "attempts",
+        "delivery_attempts",
         "queued_at",
         "started_at",
+        "replied_at",
         "finished_at",
         "duration",
         "user_message_view",
@@ -69,6 +72,7 @@ class TurnAdmin(admin.ModelAdmin):
         "context_decision_id",
     ]
     readonly_fields = fields
+    inlines = [TurnToolCallInline]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # turns are written by conversations only

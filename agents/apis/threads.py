@@ -1,7 +1,8 @@
 """REST API for threads, their /history (mask & 1, newest first, keyset cursor) and /context (mask & 2)."""
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
@@ -53,8 +54,36 @@ class ContextMessageOutputSerializer(serializers.ModelSerializer):
 
 
 class ThreadPagination(LimitOffsetPagination):
+    """limit/offset as the schema states them: a garbage or out-of-range value is a 400, never a silent default."""
+
     default_limit = 50
     max_limit = 200
+
+    def _bounded_int(self, request: Request, name: str, *, default: int, minimum: int, maximum: int | None) -> int:
+        raw = request.query_params.get(name)
+        if raw is None:
+            return default
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        message = f"{name} must be a whole number {bounds}."
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValidationError({name: [message]}) from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise ValidationError({name: [message]})
+        return value
+
+    def get_limit(self, request: Request) -> int:
+        return self._bounded_int(request, "limit", default=self.default_limit, minimum=1, maximum=self.max_limit)
+
+    def get_offset(self, request: Request) -> int:
+        return self._bounded_int(request, "offset", default=0, minimum=0, maximum=None)
+
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        limit, offset = super().get_schema_operation_parameters(view)
+        limit["schema"] = {"type": "integer", "minimum": 1, "maximum": self.max_limit, "default": self.default_limit}
+        offset["schema"] = {"type": "integer", "minimum": 0, "default": 0}
+        return [limit, offset]
 
 
 # Serializers are module level with unique names: drf-spectacular names components after the class, and two
@@ -66,9 +95,20 @@ class ThreadCreateInputSerializer(serializers.Serializer):
 
 
 class ThreadHistoryFilterSerializer(serializers.Serializer):
-    cursor = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    """The history's query parameters; also their OpenAPI description (bounds and all)."""
+
+    cursor = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        help_text="Opaque cursor from a previous page's `next` link.",
+    )
     page_size = serializers.IntegerField(
-        required=False, min_value=1, max_value=HISTORY_PAGE_SIZE_MAX, default=HISTORY_PAGE_SIZE_DEFAULT
+        required=False,
+        min_value=1,
+        max_value=HISTORY_PAGE_SIZE_MAX,
+        default=HISTORY_PAGE_SIZE_DEFAULT,
+        help_text=f"Default {HISTORY_PAGE_SIZE_DEFAULT}, at most {HISTORY_PAGE_SIZE_MAX}.",
     )
 
 
@@ -89,7 +129,11 @@ class ThreadListCreateApi(mixins.ListModelMixin, GenericAPIView):
     def get_queryset(self):
         return thread_list(user=self.request.user)
 
-    @extend_schema(operation_id="threads_list", summary="Threads you can see (staff: all), newest first.")
+    @extend_schema(
+        operation_id="threads_list",
+        summary="Threads you can see (staff: all), newest first.",
+        responses={200: ThreadOutputSerializer(many=True), 400: ERROR_RESPONSE},
+    )
     def get(self, request: Request) -> Response:
         return self.list(request)
 
@@ -126,12 +170,7 @@ class ThreadHistoryApi(APIView):
     @extend_schema(
         operation_id="threads_history",
         summary="Messages shown in the UI history (mask & 1), newest first, cursor paginated.",
-        parameters=[
-            OpenApiParameter("cursor", str, description="Opaque cursor from a previous page's `next` link."),
-            OpenApiParameter(
-                "page_size", int, description=f"Default {HISTORY_PAGE_SIZE_DEFAULT}, at most {HISTORY_PAGE_SIZE_MAX}."
-            ),
-        ],
+        parameters=[ThreadHistoryFilterSerializer],
         responses={200: ThreadHistoryPageSerializer, 400: ERROR_RESPONSE, 404: ERROR_RESPONSE},
     )
     def get(self, request: Request, thread_id: int) -> Response:

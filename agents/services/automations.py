@@ -8,35 +8,25 @@ automation's own thread (runtime_mode automation, created on the first run): run
 never in context (V2). A run is a Turn with source "automation:<automation id>:<run id>", so a redelivered
 run task (same run id) never runs twice.
 
-Posting a run's reply to a Feishu chat (`feishu_chat_id`) belongs to the Feishu bridge, which registers a
-poster with `automation_poster_register` (agents never imports the bridge).
+A run goes through the one turn pipeline (agents.services.turns): its channel is `automation`, whose prepare
+stores the prompt. Posting each run's answer to a Feishu chat (`feishu_chat_id`) is that channel's delivery: the
+Feishu bridge registers an automation channel that posts it with the same uuids and retries as any reply (agents
+never imports the bridge); without a chat, replied is delivered at once.
 """
 
 import json
 import logging
-from collections.abc import Callable
 
 from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
-from agents.models import Automation, Bot, Message, Thread, Turn
+from agents.models import Automation, Bot, Thread, Turn
 from agents.services.threads import thread_create
 from agents.services.turns import turn_get_or_create, turn_run
 
 logger = logging.getLogger(__name__)
 
 AUTOMATION_TASK_NAME = "agents.tasks.automation_run_task"
-AUTOMATION_AUTHOR = "automation"
-
-# (automation, turn, reply) -> None; called after commit when the automation has a feishu_chat_id.
-AutomationPoster = Callable[[Automation, Turn, Message], None]
-_posters: list[AutomationPoster] = []
-
-
-def automation_poster_register(poster: AutomationPoster) -> None:
-    """The Feishu bridge's hook: post an automation run's reply to `automation.feishu_chat_id`."""
-    if poster not in _posters:
-        _posters.append(poster)
 
 
 def periodic_task_name(*, automation: Automation) -> str:
@@ -114,11 +104,11 @@ def automation_thread_get_or_create(*, automation: Automation) -> Thread:
     return locked.thread
 
 
-def automation_run(*, automation: Automation, run_id: str) -> Message | None:
+def automation_run(*, automation: Automation, run_id: str) -> str:
     """One run: the prompt as a user_message (mask 0) and the agent's answer (mask 1) in the automation thread.
 
     `run_id` names the run (the Celery task id, or a fresh uuid for "Run now"); the same run id never runs
-    twice. May raise `TurnRetryLater` (transient provider error): the task retries.
+    twice. Returns the turn's outcome; may raise `TurnRetryLater` (the task retries).
     """
     thread = automation_thread_get_or_create(automation=automation)
     turn, _ = turn_get_or_create(
@@ -127,13 +117,4 @@ def automation_run(*, automation: Automation, run_id: str) -> Message | None:
         trigger=Turn.Trigger.AUTOMATION,
         source_message_id=f"automation:{automation.pk}:{run_id}"[:100],
     )
-    reply = turn_run(turn=turn, user_content=automation.prompt, author=AUTOMATION_AUTHOR)
-    if reply is not None and automation.feishu_chat_id:
-        for poster in list(_posters):
-            transaction.on_commit(lambda poster=poster: poster(automation, turn, reply))
-        if not _posters:
-            logger.warning(
-                "automation has a feishu_chat_id but no poster is registered",
-                extra={"automation_id": automation.pk, "turn_id": turn.pk},
-            )
-    return reply
+    return turn_run(turn_id=turn.pk)

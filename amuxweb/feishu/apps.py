@@ -9,7 +9,13 @@ class FeishuConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_save
 
-        from agents.models import Bot
+        from agents.models import Bot, Thread
+        from agents.services.turns import channel_register
+        from amuxweb.feishu.services.turns import FeishuAutomationChannel, FeishuChannel
+
+        # The bridge's channels of the one turn pipeline (agents defines the port and never imports the bridge).
+        channel_register(Thread.Channel.FEISHU, FeishuChannel())
+        channel_register(Thread.Channel.AUTOMATION, FeishuAutomationChannel())
 
         def forget(sender, instance, **kwargs) -> None:
             from amuxweb.feishu.webhook import bot_cache_forget

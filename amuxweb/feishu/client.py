@@ -1,5 +1,9 @@
 """Outbound Feishu calls through lark-oapi: one client per bot, errors as values turned into our exceptions.
 
+Messages (text, post, interactive: a card JSON or a CardKit card reference), CardKit cards (create, element
+content, settings), reactions and message resources all go through `feishu_call`; the SDK's typed requests
+are used everywhere except the resource download, which streams so an over-size file is refused unread.
+
 The SDK neither retries nor refreshes an expired token (reference doc §4.1); `feishu_call` does both:
 rate limits (99991400 / HTTP 429 with `x-ogw-ratelimit-reset`, 230020) wait and retry, 99991663 / 99991661
 drop the cached tenant token and retry once (F3). The domain is `settings.FEISHU_DOMAIN` (F4).
@@ -14,10 +18,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lark_oapi as lark
+import requests
 from django.conf import settings
+from lark_oapi.api.cardkit.v1 import (
+    ContentCardElementRequest,
+    ContentCardElementRequestBody,
+    CreateCardRequest,
+    CreateCardRequestBody,
+    SettingsCardRequest,
+    SettingsCardRequestBody,
+)
 from lark_oapi.api.im.v1 import (
+    CreateMessageReactionRequest,
+    CreateMessageReactionRequestBody,
     CreateMessageRequest,
     CreateMessageRequestBody,
+    DeleteMessageReactionRequest,
+    Emoji,
     GetMessageRequest,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
@@ -38,7 +55,14 @@ MAX_RATE_LIMIT_WAIT_SECONDS = 10.0
 DEFAULT_RATE_LIMIT_WAIT_SECONDS = 1.0
 CLIENT_TIMEOUT_SECONDS = 10.0
 
-_clients: dict[tuple[int, Any, str], lark.Client] = {}
+# Feishu's resource download: the SDK reads the whole body into memory, so this one call streams by hand.
+MESSAGE_RESOURCE_PATH = "/open-apis/im/v1/messages/{message_id}/resources/{file_key}"
+MESSAGE_RESOURCE_CHUNK_BYTES = 64 * 1024
+MESSAGE_RESOURCE_TOO_LARGE_CODE = -413  # ours, not Feishu's: the file is larger than the caller accepts
+
+# One client per bot (issue 9.11): the entry is replaced when the bot's credentials or the domain change,
+# never added beside the old one, so saving a bot a thousand times keeps one client.
+_clients: dict[int, tuple[tuple[str, str, str], lark.Client]] = {}
 _clients_lock = threading.Lock()
 
 
@@ -80,21 +104,31 @@ class FetchedMessage:
     mentions: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class MessageResource:
+    """A message's image or file, read at turn time (G7); never stored as bytes."""
+
+    content: bytes
+    name: str
+    mime: str
+
+
 def lark_client_get(*, bot: Bot) -> lark.Client:
-    key = (bot.pk, bot.updated_at, settings.FEISHU_DOMAIN)
-    client = _clients.get(key)
-    if client is None:
-        with _clients_lock:
-            client = (
-                lark.Client.builder()
-                .app_id(bot.feishu_app_id)
-                .app_secret(bot.feishu_app_secret)
-                .domain(settings.FEISHU_DOMAIN)
-                .timeout(CLIENT_TIMEOUT_SECONDS)
-                .log_level(lark.LogLevel.CRITICAL)  # feishu_call logs every failure itself, structured
-                .build()
-            )
-            _clients[key] = client
+    fingerprint = (bot.feishu_app_id, bot.feishu_app_secret, settings.FEISHU_DOMAIN)
+    entry = _clients.get(bot.pk)
+    if entry is not None and entry[0] == fingerprint:
+        return entry[1]
+    with _clients_lock:
+        client = (
+            lark.Client.builder()
+            .app_id(bot.feishu_app_id)
+            .app_secret(bot.feishu_app_secret)
+            .domain(settings.FEISHU_DOMAIN)
+            .timeout(CLIENT_TIMEOUT_SECONDS)
+            .log_level(lark.LogLevel.CRITICAL)  # feishu_call logs every failure itself, structured
+            .build()
+        )
+        _clients[bot.pk] = (fingerprint, client)
     return client
 
 
@@ -174,19 +208,26 @@ def feishu_call(
     raise last_error
 
 
-def message_reply(
+def card_reference(card_id: str) -> dict[str, Any]:
+    """The `interactive` content that sends an existing CardKit card (what streaming updates then change)."""
+    return {"type": "card", "data": {"card_id": card_id}}
+
+
+def message_reply_content(
     *,
     bot: Bot,
     message_id: str,
-    text: str,
+    msg_type: str,
+    content: dict[str, Any],
     uuid: str,
     reply_in_thread: bool,
     sleep: Callable[[float], None] | None = None,
 ) -> SentMessage:
+    """Reply with any msg_type: text `{"text"}`, post `{"zh_cn": ...}`, interactive (card JSON or reference)."""
     body = (
         ReplyMessageRequestBody.builder()
-        .content(json.dumps({"text": text}, ensure_ascii=False))
-        .msg_type("text")
+        .content(json.dumps(content, ensure_ascii=False))
+        .msg_type(msg_type)
         .reply_in_thread(reply_in_thread)
         .uuid(uuid)
         .build()
@@ -198,14 +239,20 @@ def message_reply(
     return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
 
 
-def message_create(
-    *, bot: Bot, chat_id: str, text: str, uuid: str, sleep: Callable[[float], None] | None = None
+def message_create_content(
+    *,
+    bot: Bot,
+    chat_id: str,
+    msg_type: str,
+    content: dict[str, Any],
+    uuid: str,
+    sleep: Callable[[float], None] | None = None,
 ) -> SentMessage:
     body = (
         CreateMessageRequestBody.builder()
         .receive_id(chat_id)
-        .msg_type("text")
-        .content(json.dumps({"text": text}, ensure_ascii=False))
+        .msg_type(msg_type)
+        .content(json.dumps(content, ensure_ascii=False))
         .uuid(uuid)
         .build()
     )
@@ -214,6 +261,153 @@ def message_create(
         bot=bot, operation="message.create", call=lambda c: c.im.v1.message.create(request), sleep=sleep
     )
     return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
+
+
+def message_reply(
+    *,
+    bot: Bot,
+    message_id: str,
+    text: str,
+    uuid: str,
+    reply_in_thread: bool,
+    sleep: Callable[[float], None] | None = None,
+) -> SentMessage:
+    return message_reply_content(
+        bot=bot,
+        message_id=message_id,
+        msg_type="text",
+        content={"text": text},
+        uuid=uuid,
+        reply_in_thread=reply_in_thread,
+        sleep=sleep,
+    )
+
+
+def message_create(
+    *, bot: Bot, chat_id: str, text: str, uuid: str, sleep: Callable[[float], None] | None = None
+) -> SentMessage:
+    return message_create_content(
+        bot=bot, chat_id=chat_id, msg_type="text", content={"text": text}, uuid=uuid, sleep=sleep
+    )
+
+
+def card_create(*, bot: Bot, card: dict[str, Any], sleep: Callable[[float], None] | None = None) -> str:
+    """CardKit `card.create` of a JSON 2.0 card (streaming_mode in its config) -> card_id."""
+    body = CreateCardRequestBody.builder().type("card_json").data(json.dumps(card, ensure_ascii=False)).build()
+    request = CreateCardRequest.builder().request_body(body).build()
+    response = feishu_call(
+        bot=bot, operation="card.create", call=lambda c: c.cardkit.v1.card.create(request), sleep=sleep
+    )
+    return str(response.data.card_id or "")
+
+
+def card_element_content_update(
+    *,
+    bot: Bot,
+    card_id: str,
+    element_id: str,
+    content: str,
+    sequence: int,
+    uuid: str = "",
+    sleep: Callable[[float], None] | None = None,
+) -> None:
+    """The streaming update: the element's full text; Feishu refuses a sequence not above the card's last."""
+    builder = ContentCardElementRequestBody.builder().content(content).sequence(sequence)
+    if uuid:
+        builder = builder.uuid(uuid)
+    request = (
+        ContentCardElementRequest.builder()
+        .card_id(card_id)
+        .element_id(element_id)
+        .request_body(builder.build())
+        .build()
+    )
+    feishu_call(
+        bot=bot,
+        operation="card.element.content",
+        call=lambda c: c.cardkit.v1.card_element.content(request),
+        sleep=sleep,
+    )
+
+
+def card_settings_update(
+    *,
+    bot: Bot,
+    card_id: str,
+    settings: dict[str, Any],
+    sequence: int,
+    uuid: str = "",
+    sleep: Callable[[float], None] | None = None,
+) -> None:
+    """CardKit `card.settings`, e.g. `{"config": {"streaming_mode": False, "summary": {"content": ...}}}`."""
+    builder = SettingsCardRequestBody.builder().settings(json.dumps(settings, ensure_ascii=False)).sequence(sequence)
+    if uuid:
+        builder = builder.uuid(uuid)
+    request = SettingsCardRequest.builder().card_id(card_id).request_body(builder.build()).build()
+    feishu_call(bot=bot, operation="card.settings", call=lambda c: c.cardkit.v1.card.settings(request), sleep=sleep)
+
+
+def reaction_create(*, bot: Bot, message_id: str, emoji_type: str, sleep: Callable[[float], None] | None = None) -> str:
+    """Add a reaction (R1 receipt) -> reaction_id, which `reaction_delete` needs."""
+    body = (
+        CreateMessageReactionRequestBody.builder().reaction_type(Emoji.builder().emoji_type(emoji_type).build()).build()
+    )
+    request = CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
+    response = feishu_call(
+        bot=bot, operation="reaction.create", call=lambda c: c.im.v1.message_reaction.create(request), sleep=sleep
+    )
+    return str(response.data.reaction_id or "")
+
+
+def reaction_delete(
+    *, bot: Bot, message_id: str, reaction_id: str, sleep: Callable[[float], None] | None = None
+) -> None:
+    request = DeleteMessageReactionRequest.builder().message_id(message_id).reaction_id(reaction_id).build()
+    feishu_call(
+        bot=bot, operation="reaction.delete", call=lambda c: c.im.v1.message_reaction.delete(request), sleep=sleep
+    )
+
+
+class ResourceTooLarge(FeishuApiError):
+    """The resource is larger than the caller accepts; it was not read (not retryable)."""
+
+    def __init__(self, *, size: int | None, max_bytes: int) -> None:
+        shown = "unknown" if size is None else str(size)
+        super().__init__(f"resource of {shown} bytes exceeds {max_bytes} bytes", code=MESSAGE_RESOURCE_TOO_LARGE_CODE)
+        self.size = size
+        self.max_bytes = max_bytes
+
+
+def message_resource_get(
+    *,
+    bot: Bot,
+    message_id: str,
+    file_key: str,
+    type: str,  # noqa: A002 - Feishu's own parameter name: "image" | "file"
+    max_bytes: int,
+    sleep: Callable[[float], None] | None = None,
+) -> MessageResource:
+    """Download a message's image or file, refusing one over `max_bytes` by its Content-Length or, when the
+    length is absent or wrong, as soon as more than `max_bytes` have arrived (the rest is never read)."""
+    if type not in ("image", "file"):
+        raise ValueError(f"resource type must be image or file, not {type!r}")
+    path = MESSAGE_RESOURCE_PATH.format(
+        message_id=requests.utils.quote(message_id, safe=""), file_key=requests.utils.quote(file_key, safe="")
+    )
+
+    def call(client: lark.Client) -> Any:
+        token = TokenManager.get_self_tenant_token(client._config)
+        response = requests.get(
+            settings.FEISHU_DOMAIN.rstrip("/") + path,
+            params={"type": type},
+            headers={"Authorization": f"Bearer {token}"},
+            stream=True,
+            timeout=CLIENT_TIMEOUT_SECONDS,
+        )
+        return _StreamedResource(response, max_bytes=max_bytes)
+
+    result = feishu_call(bot=bot, operation="message.resource", call=call, sleep=sleep)
+    return result.resource
 
 
 def message_get(*, bot: Bot, message_id: str, sleep: Callable[[float], None] | None = None) -> FetchedMessage:
@@ -272,3 +466,79 @@ class _RawResult:
 
     def success(self) -> bool:
         return self.code == 0
+
+
+@dataclass(frozen=True)
+class ChatInfo:
+    """What `im.v1.chat.get` says about a group: its name and whether every message there is a topic (G1)."""
+
+    name: str
+    chat_mode: str  # "group" | "topic" | "p2p"
+    group_message_type: str  # "chat" | "thread" ("" when Feishu does not say)
+
+    @property
+    def is_topic_chat(self) -> bool:
+        """A topic group (chat_mode "topic") or a group in topic form (group_message_type "thread")."""
+        return self.chat_mode == "topic" or self.group_message_type == "thread"
+
+
+def chat_get(*, bot: Bot, chat_id: str, sleep: Callable[[float], None] | None = None) -> ChatInfo:
+    """`GET /open-apis/im/v1/chats/{chat_id}`: the group's name and mode (G1); read once per workspace."""
+    from lark_oapi.api.im.v1 import GetChatRequest
+
+    request = GetChatRequest.builder().chat_id(chat_id).build()
+    response = feishu_call(bot=bot, operation="chat.get", call=lambda c: c.im.v1.chat.get(request), sleep=sleep)
+    data = response.data
+    return ChatInfo(
+        name=(data.name if data else "") or "",
+        chat_mode=(data.chat_mode if data else "") or "",
+        group_message_type=(data.group_message_type if data else "") or "",
+    )
+
+
+class _StreamedResource:
+    """A resource download in the success()/code/msg/raw shape feishu_call reads; reads at most max_bytes + 1."""
+
+    def __init__(self, response: requests.Response, *, max_bytes: int) -> None:
+        self.raw = response
+        self.code: int | None = 0
+        self.msg = ""
+        self.resource: MessageResource | None = None
+        with response:
+            mime = response.headers.get("Content-Type", "")
+            if response.status_code >= 300 or mime.startswith("application/json"):
+                try:
+                    body = json.loads(response.raw.read(MESSAGE_RESOURCE_CHUNK_BYTES) or b"{}")
+                except ValueError:
+                    body = {}
+                self.code = body.get("code") if isinstance(body, dict) else None
+                self.msg = (body.get("msg") if isinstance(body, dict) else "") or f"HTTP {response.status_code}"
+                if self.code in (0, None):
+                    self.code = None  # an error without a Feishu code: transport-like, retryable
+                return
+            declared = response.headers.get("Content-Length")
+            size = int(declared) if declared and declared.isdigit() else None
+            if size is not None and size > max_bytes:
+                raise ResourceTooLarge(size=size, max_bytes=max_bytes)
+            chunks: list[bytes] = []
+            received = 0
+            for chunk in response.iter_content(MESSAGE_RESOURCE_CHUNK_BYTES):
+                received += len(chunk)
+                if received > max_bytes:
+                    raise ResourceTooLarge(size=size, max_bytes=max_bytes)
+                chunks.append(chunk)
+            self.resource = MessageResource(
+                content=b"".join(chunks), name=_file_name(response.headers), mime=mime.split(";")[0].strip()
+            )
+
+    def success(self) -> bool:
+        return self.code == 0 and self.resource is not None
+
+
+def _file_name(headers: Any) -> str:
+    disposition = headers.get("Content-Disposition", "")
+    for part in disposition.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name.lower() == "filename":
+            return value.strip().strip('"')
+    return ""

@@ -54,6 +54,13 @@ FIRE_RETRY = "retry_scheduled"
 FIRE_FAILED = "failed"
 FIRE_STARTED = "turn_started"
 FIRE_NO_SOURCE = "no_source_message"
+FIRE_ABSORBED = "absorbed"  # an @ or reply to the bot answered the timeline while the judge ran (G4)
+SWEEP_ENQUEUED = "enqueued"  # what the sweeper reports for a wake it handed to a worker
+SWEEP_NOT_ENQUEUED = "not_enqueued"  # the broker refused it; the next sweep tries again
+ABSORBED_ERROR = "absorbed by the @ or reply of turn"
+# A due wake the sweeper enqueued is enqueued again only when it became due again since (a retry, an
+# extension) or after this long (its task was lost): a busy queue is not flooded with copies every 5 s.
+SWEEP_REENQUEUE_SECONDS = 30
 
 
 def debounce_delays(*, bot: Bot) -> tuple[timedelta, timedelta]:
@@ -99,6 +106,49 @@ def _fire_timer_start(*, wake_id: int, eta: datetime) -> None:
     timer.start()
 
 
+def discuss_wake_key(*, workspace, root_msg_id: str) -> str:
+    """The wake's timeline key: the message's (a topic's root, or an ordinary group's main timeline, G1), or the
+    whole group for a workspace with one continuous session per group. Schedule and absorb agree through it."""
+    from threadcontext.models import SessionBinding, Workspace
+
+    if workspace is not None and workspace.session_scope == Workspace.SessionScope.GROUP:
+        return SessionBinding.GROUP_SCOPE_KEY
+    return root_msg_id
+
+
+def discuss_wakes_absorb(*, bot: Bot, workspace, chat_id: str, root_msg_id: str, turn: Turn) -> int:
+    """G4: an @ or a reply to the bot answers its timeline now: every wake of that timeline not yet answered ends
+    here (one answer, not two). A wake whose judge is running finds itself absorbed and starts no turn."""
+    key = discuss_wake_key(workspace=workspace, root_msg_id=root_msg_id)
+    absorbed = DiscussWake.objects.filter(
+        Q(status__in=(DiscussWake.Status.PENDING, DiscussWake.Status.RUNNING))
+        | Q(status=DiscussWake.Status.FAILED, attempts__lt=MAX_ATTEMPTS),
+        bot=bot,
+        chat_id=chat_id,
+        root_msg_id=key,
+    ).update(status=DiscussWake.Status.DONE, error=f"{ABSORBED_ERROR} {turn.pk}", turn=turn, updated_at=timezone.now())
+    if absorbed:
+        logger.info("discuss wake absorbed", extra={"bot_id": bot.pk, "turn": turn.pk, "root_msg_id": key})
+    return absorbed
+
+
+def discuss_wakes_forget_message(*, chat_id: str, message_id: str) -> int:
+    """G7: a recalled message no longer counts for a pending wake; a wake left with no message ends."""
+    changed = 0
+    with transaction.atomic():
+        for wake in DiscussWake.objects.select_for_update().filter(chat_id=chat_id, status=DiscussWake.Status.PENDING):
+            if message_id not in wake.message_ids:
+                continue
+            wake.message_ids = [mid for mid in wake.message_ids if mid != message_id]
+            changed += 1
+            if not wake.message_ids:
+                _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="every message was recalled")
+                continue
+            wake.last_message_id = wake.message_ids[-1]
+            wake.save(update_fields=["message_ids", "last_message_id", "updated_at"])
+    return changed
+
+
 def discuss_wake_schedule(
     *, bot: Bot, chat_id: str, root_msg_id: str, message_id: str, now: datetime | None = None
 ) -> DiscussWake:
@@ -107,13 +157,11 @@ def discuss_wake_schedule(
     In a workspace with one continuous session per group, the whole group is the topic: its key is
     SessionBinding.GROUP_SCOPE_KEY, so a burst across top-level messages is still one probe.
     """
-    from threadcontext.models import SessionBinding, Workspace
-    from threadcontext.selectors import workspace_get
+    from threadcontext.selectors import workspace_cached_get
 
     now = now or timezone.now()
-    workspace = workspace_get(bot_profile=bot.slug, chat_id=chat_id)
-    if workspace is not None and workspace.session_scope == Workspace.SessionScope.GROUP:
-        root_msg_id = SessionBinding.GROUP_SCOPE_KEY
+    workspace = workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id)
+    root_msg_id = discuss_wake_key(workspace=workspace, root_msg_id=root_msg_id)
     initial, maximum = debounce_delays(bot=bot)
     for _ in range(3):
         with transaction.atomic():
@@ -161,24 +209,41 @@ def discuss_transcript_build(
     This bot's own outputs are assistant turns (actions it already took); everything else - people, the topic
     root, other bots - is a labelled user line, never trusted as instructions.
     """
-    from threadcontext.models import SessionBinding, ThreadContextItem
+    from threadcontext.models import SessionBinding, ThreadEvent
 
-    # Every bot's bridge records its own copy of the people's messages: read this bridge's copies, and the
-    # agent outputs of every bot (each recorded once, by the bot that spoke).
-    items = ThreadContextItem.objects.filter(
-        Q(bridge_id=bot.bridge_id) | Q(item_type=ThreadContextItem.ItemType.AGENT_OUTPUT), chat_id=chat_id
+    # Read from the events, not the items, so the people's requests (user_request: an @ of this bot, which is
+    # never a context item) are in the judge's view beside the discussion and the outputs (G4). Every bot's
+    # bridge records its own copy of the people's messages: this bridge's copies, and the agent outputs of every
+    # bot (each recorded once, by the bot that spoke). A recalled message's event is blank and left out (G7).
+    wanted = (
+        ThreadEvent.EventType.TOPIC_ROOT,
+        ThreadEvent.EventType.HUMAN_MESSAGE,
+        ThreadEvent.EventType.USER_REQUEST,
+        ThreadEvent.EventType.AGENT_OUTPUT,
     )
+    events = ThreadEvent.objects.filter(
+        Q(bridge_id=bot.bridge_id) | Q(event_type=ThreadEvent.EventType.AGENT_OUTPUT),
+        chat_id=chat_id,
+        event_type__in=wanted,
+    ).exclude(text="")
     if root_msg_id != SessionBinding.GROUP_SCOPE_KEY:  # the group key reads the whole chat
-        items = items.filter(root_msg_id=root_msg_id)
-    rows = list(items.order_by("-id").values("bridge_id", "item_type", "author_label", "text")[:limit])
+        events = events.filter(root_msg_id=root_msg_id)
+    columns = ("bridge_id", "event_type", "actor_id", "bot_profile", "session_name", "metadata", "text")
+    rows = list(events.order_by("-id").values(*columns)[:limit])
     rows.reverse()
     transcript = []
     for row in rows:
-        if row["item_type"] == "agent_output" and row["bridge_id"] == bot.bridge_id:
-            transcript.append(ChatMessage(role="assistant", content=row["text"]))
+        if row["event_type"] == ThreadEvent.EventType.AGENT_OUTPUT:
+            if row["bridge_id"] == bot.bridge_id:
+                transcript.append(ChatMessage(role="assistant", content=row["text"]))
+                continue
+            label = f"{row['bot_profile']}/{row['session_name']}" if row["session_name"] else row["bot_profile"]
         else:
-            label = row["author_label"]
-            transcript.append(ChatMessage(role="user", content=f"{label}: {row['text']}" if label else row["text"]))
+            metadata = row["metadata"] if isinstance(row["metadata"], dict) else {}
+            label = metadata.get("sender_name") or row["actor_id"]
+            if row["event_type"] == ThreadEvent.EventType.USER_REQUEST:
+                label = f"{label} (to you)" if label else "(to you)"
+        transcript.append(ChatMessage(role="user", content=f"{label}: {row['text']}" if label else row["text"]))
     return transcript
 
 
@@ -262,6 +327,9 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
         _wake_end(wake=wake, status=DiscussWake.Status.DONE, error="" if gate.outcome == "no_action" else gate.cause)
         return FIRE_DECLINED
     with transaction.atomic():
+        # An @ or reply answered this timeline while the judge ran (G4): that turn is the one answer.
+        if not DiscussWake.objects.select_for_update().filter(pk=wake.pk, status=DiscussWake.Status.RUNNING).exists():
+            return FIRE_ABSORBED
         # The turn, its wake and its judgement commit together (the turn is enqueued, and any notice sent, only
         # after): a turn the sweeper re-queues always finds the judgement its contract is rebuilt from (P9).
         turn = discuss_activation_start(bot=bot, wake=wake, gate=gate)
@@ -289,22 +357,55 @@ def _session_thread(*, wake: DiscussWake) -> Thread | None:
     return Thread.objects.filter(pk=thread_id).first() if thread_id is not None else None
 
 
-def _wake_end(*, wake: DiscussWake, status: str, error: str, extra: list[str] | None = None) -> None:
+def _wake_end(*, wake: DiscussWake, status: str, error: str, extra: list[str] | None = None) -> bool:
+    """End a wake unless an @ absorbed it meanwhile (G4: an absorbed wake stays done, never failed or reopened)."""
+    previous = wake.status
     wake.status = status
     wake.error = error[:2000]
-    wake.save(update_fields=["status", "error", "updated_at", *(extra or [])])
+    wake.updated_at = timezone.now()
+    fields = {name: getattr(wake, name) for name in ("status", "error", "updated_at", *(extra or []))}
+    return DiscussWake.objects.filter(pk=wake.pk, status=previous).update(**fields) == 1
 
 
 def discuss_wakes_sweep(*, now: datetime | None = None) -> list[str]:
-    """Fire every wake past due whose task was lost (or that waits for its retry); beat runs it every 5 s."""
+    """Enqueue a fire task for every wake past due whose task was lost (or that waits for its retry); beat runs
+    it every 5 s. The sweep never judges: each wake's judge runs in its own task, on a worker. Without a broker
+    (eager, the test suite) the task runs in place and its outcome is reported; with one, `enqueued`.
+    """
+    from amuxweb.feishu.services.intake import task_enqueue
+
     now = now or timezone.now()
-    due = DiscussWake.objects.filter(_claimable(now=now)).order_by("due_at").values_list("pk", flat=True)[:SWEEP_BATCH]
-    return [discuss_wake_fire(wake_id=wake_id, now=now) for wake_id in list(due)]
+    not_recently = (
+        Q(swept_at__isnull=True)
+        | Q(swept_at__lt=F("due_at"))
+        | Q(swept_at__lt=now - timedelta(seconds=SWEEP_REENQUEUE_SECONDS))
+    )
+    due = list(
+        DiscussWake.objects.filter(_claimable(now=now))
+        .filter(not_recently)
+        .order_by("due_at")
+        .values_list("pk", flat=True)[:SWEEP_BATCH]
+    )
+    if not due:
+        return []
+    DiscussWake.objects.filter(pk__in=due).update(swept_at=now)
+    # The sweep saw these due at `now`: the fire treats the clock as at least that (an injected clock in tests).
+    kwargs = {"swept_at": now.isoformat()}
+    if discuss_wake_fire_task.app.conf.task_always_eager:
+        return [discuss_wake_fire_task.apply(args=[wake_id], kwargs=kwargs).get() for wake_id in due]
+    # A worker's clock is the real one: no swept_at needed (and nothing but the id travels through the broker).
+    return [
+        SWEEP_ENQUEUED
+        if task_enqueue(task=discuss_wake_fire_task, args=[wake_id], what="discuss_wake")
+        else SWEEP_NOT_ENQUEUED
+        for wake_id in due
+    ]
 
 
 @shared_task(acks_late=True, name="amuxweb.feishu.discuss.discuss_wake_fire_task")
-def discuss_wake_fire_task(wake_id: int) -> str:
-    return discuss_wake_fire(wake_id=wake_id)
+def discuss_wake_fire_task(wake_id: int, swept_at: str = "") -> str:
+    # swept_at: only an in-place (eager) run from the sweep passes it, so the fire reads the sweep's clock.
+    return discuss_wake_fire(wake_id=wake_id, now=datetime.fromisoformat(swept_at) if swept_at else None)
 
 
 @shared_task(name="amuxweb.feishu.discuss.discuss_wakes_sweep")

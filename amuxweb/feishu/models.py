@@ -61,6 +61,8 @@ class DiscussWake(models.Model):
     deadline_at = models.DateTimeField(help_text="The debounce never extends past this.")
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
+    # When the beat sweeper last enqueued a fire task for it: a busy queue is not flooded with copies every 5 s.
+    swept_at = models.DateTimeField(null=True, blank=True)
     turn = models.ForeignKey("agents.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -112,3 +114,49 @@ class OutboundDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery {self.uuid} ({self.status})"
+
+
+class FeishuConnection(models.Model):
+    """The long connection of one bot's Feishu app (G6), as `manage.py feishu_connect` last saw it.
+
+    One row per bot, written by the bot's connection child process (several hub nodes may each hold a
+    connection of the same app; the row then shows whichever wrote last). Read-only in the admin.
+    """
+
+    class State(models.TextChoices):
+        CONNECTING = "connecting", "Connecting"
+        CONNECTED = "connected", "Connected"
+        RECONNECTING = "reconnecting", "Reconnecting"
+        STOPPED = "stopped", "Stopped"
+        FAILED = "failed", "Failed"
+
+    bot = models.OneToOneField("agents.Bot", on_delete=models.CASCADE, related_name="feishu_connection")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.CONNECTING)
+    connected_since = models.DateTimeField(null=True, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    events_received = models.PositiveIntegerField(default=0)
+    reconnects = models.PositiveIntegerField(default=0, help_text="Reconnections since the process started.")
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    hostname = models.CharField(max_length=255, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.bot_id}: {self.state}"
+
+
+class SendBudgetBucket(models.Model):
+    """One token bucket of the send budget (R4) on the embedded default (no Redis): per chat or per app.
+
+    Changed only by a compare-and-swap on `version` (amuxweb.feishu.outbound.budget), so two workers never
+    both spend the last token.
+    """
+
+    key = models.CharField(max_length=160, unique=True)
+    tokens = models.FloatField()
+    refilled_at = models.FloatField()  # epoch seconds of the last refill
+    version = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.key

@@ -1,4 +1,4 @@
-"""Pure parsing of a stored `im.message.receive_v1` payload into the fields routing needs (no ORM).
+"""Pure parsing of a stored `im.message.receive_v1` payload into the fields routing needs (no queries).
 
 Feishu's shapes (reference doc §2): `content` is a JSON string; text messages carry `{"text": ...}` with
 mention keys like `@_user_1`; rich text `post` carries `{"title", "content": [[{tag, ...}, ...], ...]}`,
@@ -9,7 +9,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from threadcontext.models import MAIN_TIMELINE_KEY
+
 SLASH_COMMANDS = ("/new", "/help")
+# What the hub learned about a stored event beside Feishu's own payload (routing writes it before any turn or
+# wake reads the event): {"chat_is_topic": bool}, from the workspace's cached im.v1.chat.get (G1).
+HUB_ANNOTATIONS_KEY = "amux"
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,14 @@ class ParsedMessage:
     thread_id: str = ""
     mentions: tuple[Mention, ...] = field(default_factory=tuple)
     create_time_ms: int = 0
+    # G1: whether every message of this chat is a topic (chat.get); None when the hub could not tell (no Feishu
+    # credentials, chat.get failed): then each top-level message stays its own topic, as before G1.
+    chat_is_topic: bool | None = None
+
+    @property
+    def is_main_timeline(self) -> bool:
+        """G1: a group message outside any thread (no thread_id) in an ordinary (non-topic) group."""
+        return self.chat_type == "group" and not self.thread_id and self.chat_is_topic is False
 
     @property
     def is_direct(self) -> bool:
@@ -40,7 +53,10 @@ class ParsedMessage:
 
     @property
     def root_msg_id(self) -> str:
-        """The topic this message belongs to: its root, or itself when it starts one."""
+        """The timeline this message belongs to: the main timeline of an ordinary group (G1), else its topic's
+        root, or itself when it starts one."""
+        if self.is_main_timeline:
+            return MAIN_TIMELINE_KEY
         return self.root_id or self.message_id
 
     @property
@@ -146,6 +162,8 @@ def message_parse(payload: dict[str, Any]) -> ParsedMessage | None:
         for item in (message.get("mentions") or [])
         if isinstance(item, dict)
     )
+    annotations = payload.get(HUB_ANNOTATIONS_KEY)
+    chat_is_topic = annotations.get("chat_is_topic") if isinstance(annotations, dict) else None
     try:
         create_time_ms = int(message.get("create_time") or 0)
     except (TypeError, ValueError):
@@ -163,6 +181,7 @@ def message_parse(payload: dict[str, Any]) -> ParsedMessage | None:
         thread_id=str(message.get("thread_id") or ""),
         mentions=mentions,
         create_time_ms=create_time_ms,
+        chat_is_topic=chat_is_topic if isinstance(chat_is_topic, bool) else None,
     )
 
 

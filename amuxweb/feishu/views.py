@@ -9,8 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from amuxweb.feishu.services import inbound_event_store
-from amuxweb.feishu.webhook import webhook_bot_get, webhook_handle
+from amuxweb.feishu.webhook import captured_event_store, webhook_bot_get, webhook_handle
 
 logger = logging.getLogger(__name__)
 
@@ -52,23 +51,13 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         max_age_seconds=settings.FEISHU_MAX_EVENT_AGE_SECONDS,
     )
     if outcome.event is not None:
-        event = outcome.event.get("event")
-        message = event.get("message") if isinstance(event, dict) else None
-        message_id = message.get("message_id") if isinstance(message, dict) else None
-        if not isinstance(message_id, str) or not message_id:
-            # Authenticated but shapeless: acknowledge so Feishu stops retrying a payload we never accept.
-            return JsonResponse({"msg": "ignored"})
         try:
-            inbound_event_store(
-                bot=bot,
-                event_id=outcome.event["header"]["event_id"][:64],
-                message_id=message_id[:64],
-                event_type=outcome.event["header"]["event_type"][:64],
-                payload=outcome.event,
-            )
+            if captured_event_store(bot=bot, event=outcome.event) is None:
+                # Authenticated but shapeless: acknowledge so Feishu stops retrying a payload we never accept.
+                return JsonResponse({"msg": "ignored"})
         except DatabaseError:
             # Nothing stored: a non-200 makes Feishu retry, which is what we want here.
-            logger.exception("feishu event could not be stored", extra={"bot": bot.slug, "message_id": message_id})
+            logger.exception("feishu event could not be stored", extra={"bot": bot.slug})
             return JsonResponse({"message": "Temporarily unavailable.", "extra": {}}, status=503)
     return JsonResponse(outcome.body, status=outcome.status_code)
 

@@ -1,8 +1,13 @@
 """Settings for every environment, read from the environment (and `.env` when present).
 
-The embedded default needs nothing set: SQLite under var/, Celery eager, DEBUG on only when asked.
+This module is production-safe by itself (DEBUG off, SECRET_KEY required); `amuxweb.settings.production` is
+its explicit name, and `amuxweb.settings.local` (manage.py's default) turns DEBUG on for a fresh clone.
+The embedded default needs nothing set: SQLite under var/, a broker in a SQLite file beside it (no server).
 Production sets DATABASE_URL, REDIS_URL, SECRET_KEY, FIELD_ENCRYPTION_KEY and ALLOWED_HOSTS.
 """
+
+from datetime import timedelta
+from pathlib import Path
 
 from amuxweb.env import BASE_DIR, env
 
@@ -13,7 +18,10 @@ SECRET_KEY = env("SECRET_KEY", default="insecure-local-key-set-SECRET_KEY-in-pro
 if not SECRET_KEY:
     from django.core.exceptions import ImproperlyConfigured
 
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    raise ImproperlyConfigured(
+        "SECRET_KEY must be set when DEBUG is off. These are the production settings; for a local run use "
+        "DJANGO_SETTINGS_MODULE=amuxweb.settings.local (manage.py's default) or set DEBUG=true."
+    )
 
 # Fernet keys (comma separated, newest first) that encrypt secrets at rest; derived from SECRET_KEY when unset.
 FIELD_ENCRYPTION_KEY = env.list("FIELD_ENCRYPTION_KEY", default=[])
@@ -32,6 +40,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "django_celery_beat",
+    "axes",
     "agents",
     "threadcontext",
     "probe",
@@ -48,6 +57,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "amuxweb.middleware.AdminQueryNulByteMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: turns a lockout into its 429 page
 ]
 
 ROOT_URLCONF = "amuxweb.urls"
@@ -72,8 +82,12 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # WAL lets the web process and an eager worker read while one writes.
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20})
+    # WAL lets the web process, the worker and feishu_connect read while one writes. IMMEDIATE: a transaction
+    # takes the write lock when it begins and waits (timeout) for it, instead of failing at once with "database
+    # is locked" when its read must become a write while another process writes (the embedded default's worker).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20, "transaction_mode": "IMMEDIATE"}
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -82,6 +96,25 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# --- Login throttling (django-axes): the admin's login; the API has no password endpoint (tokens come from the
+# admin). A user name, and separately an address, is locked out after AXES_FAILURE_LIMIT wrong passwords for
+# AXES_COOLOFF_TIME; every further failure restarts the cool-off. Unlock: `manage.py axes_reset_username <name>`
+# or `axes_reset_ip <address>` (`axes_reset` unlocks everyone). Behind a proxy set AXES_IPWARE_PROXY_COUNT.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: it refuses a locked-out login before a password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_MINUTES = env.int("AXES_COOLOFF_MINUTES", default=15)
+AXES_COOLOFF_TIME = timedelta(minutes=AXES_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_PROXY_COUNT = env.int("AXES_IPWARE_PROXY_COUNT", default=None)
+AXES_COOLOFF_MESSAGE = (
+    f"Too many failed logins for this user or from this address: login is locked for {AXES_COOLOFF_MINUTES} minutes. "
+    "An administrator can unlock it with `manage.py axes_reset_username <name>`."
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -114,6 +147,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "amuxweb.api.exception_handler",
+    # JSON with a bounded depth (amuxweb.parsers), and the two form parsers the browsable API posts with.
+    "DEFAULT_PARSER_CLASSES": [
+        "amuxweb.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "amuxweb.parsers.WordedMultiPartParser",
+    ],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
@@ -124,21 +163,43 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Threads, history, context and context decisions of amuxweb's agent bots.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "amuxweb.api.schema_common_responses",
+    ],
 }
 
 # --- Celery ----------------------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL", default="")
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+# Without Redis: kombu's SQLAlchemy transport on its own SQLite file (beside the SQLite database, or under var/),
+# so the embedded default queues tasks to a real worker like production does and the webhook answers without
+# waiting for a turn. Its own file: the broker's writes never wait for the hub database's single SQLite writer.
+# Polled every AMUX_EMBEDDED_BROKER_POLL_SECONDS (the latency a task waits at most before a worker sees it).
+_database_file = DATABASES["default"]["NAME"] if DATABASES["default"]["ENGINE"].endswith("sqlite3") else ""
+EMBEDDED_BROKER_FILE = env(
+    "AMUX_EMBEDDED_BROKER_FILE",
+    default=str(
+        (Path(_database_file).parent if _database_file and _database_file != ":memory:" else BASE_DIR / "var")
+        / "celery-broker.sqlite3"
+    ),
+)
+CELERY_BROKER_URL = REDIS_URL or f"sqlite:///{EMBEDDED_BROKER_FILE}"
+if not REDIS_URL:
+    CELERY_BROKER_TRANSPORT = "amuxweb.embedded_broker:Transport"
+AMUX_EMBEDDED_BROKER_POLL_SECONDS = env.float("AMUX_EMBEDDED_BROKER_POLL_SECONDS", default=0.1)
 CELERY_RESULT_BACKEND = None
-# Without Redis the hub runs every task in-process, right away: the embedded default needs no broker.
-CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+# Tasks always go to a broker; only the test settings run them eagerly in-process.
+CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_EAGER_PROPAGATES = env.bool("CELERY_TASK_EAGER_PROPAGATES", default=False)
 CELERY_TASK_TIME_LIMIT = 5 * 60
 CELERY_TASK_SOFT_TIME_LIMIT = 4 * 60
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 # With acks_late tasks, a killed worker's message comes back after this long (Redis transport).
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)}
+# (The embedded SQLAlchemy transport takes none: kombu would hand them to SQLAlchemy's create_engine.)
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)} if REDIS_URL else {}
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
@@ -150,6 +211,12 @@ AMUX_MAX_AGENT_OUTPUT_CHARS = 20000
 AMUX_MAX_CONTEXT_CHARS = 24000
 AMUX_QUOTED_REPLY_MAX_RUNES = 12000
 AMUX_THREAD_CONTEXT_LIMIT = 20
+# G2: a group's workspace is created with these defaults on the bot's first message there (or when it is added).
+AMUX_WORKSPACE_DEFAULT_MODE = env("AMUX_WORKSPACE_DEFAULT_MODE", default="shared")
+# G5: how long a process caches a workspace's reply policy (a save in the same process drops it at once).
+AMUX_WORKSPACE_CACHE_SECONDS = env.int("AMUX_WORKSPACE_CACHE_SECONDS", default=60)
+# G1: after a failed im.v1.chat.get, the chat's mode is read again after this long.
+AMUX_FEISHU_CHAT_MODE_RETRY_SECONDS = env.int("AMUX_FEISHU_CHAT_MODE_RETRY_SECONDS", default=3600)
 AMUX_FEISHU_TOPIC_ROOT_ENABLED = env.bool("AMUX_FEISHU_TOPIC_ROOT_ENABLED", default=True)
 AMUX_FEISHU_SHARED_THREAD_ENABLED = env.bool("AMUX_FEISHU_SHARED_THREAD_ENABLED", default=False)
 # C13: the daily retention sweep for quiet hubs (writes also prune, at most once a minute per process).
@@ -171,7 +238,8 @@ AMUX_PROBE_CONFIG_CACHE_SECONDS = env.int("AMUX_PROBE_CONFIG_CACHE_SECONDS", def
 # The offline local_rules provider streams its echo word by word with this pause, so a demo shows streaming.
 AMUX_LOCAL_RULES_STREAM_DELAY_MS = env.int("AMUX_LOCAL_RULES_STREAM_DELAY_MS", default=40)
 CELERY_BEAT_SCHEDULE["probe-judgements-prune"] = {"task": "probe.tasks.judgements_prune_task", "schedule": 24 * 3600.0}
-# T2: REST turns whose enqueue was lost while the broker was down are re-enqueued (agents.services.turns).
+# L2: the one turn sweeper, every trigger: lost enqueues, runs left running, replies left undelivered
+# (agents.services.turns.sweep).
 CELERY_BEAT_SCHEDULE["agents-turns-sweep"] = {"task": "agents.tasks.turns_sweep_task", "schedule": 60.0}
 CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
     "task": "amuxweb.feishu.discuss.discuss_wakes_sweep",
@@ -179,9 +247,17 @@ CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
 }
 # The discuss wake's tasks live in the bridge's discuss module, which autodiscovery (tasks.py) does not import.
 CELERY_IMPORTS = ("amuxweb.feishu.discuss",)
-# Without a broker (Celery eager, the embedded default) nothing runs a task later: a debounced discuss wake is
-# then fired by an in-process timer thread instead of a task with an eta.
-AMUX_DISCUSS_WAKE_TIMER = True
+# A debounced discuss wake is a task with an eta. Only without a broker (Celery eager) would nothing run it later
+# and an in-process timer thread be needed; every environment now has a broker (the embedded one at least).
+AMUX_DISCUSS_WAKE_TIMER = CELERY_TASK_ALWAYS_EAGER
+
+# --- Tools through MCP (M1, M2): the turn's tool loop bounds; a server may tighten them -------------------
+AMUX_TOOL_MAX_STEPS = env.int("AMUX_TOOL_MAX_STEPS", default=8)
+AMUX_TOOL_TIME_BUDGET_SECONDS = env.float("AMUX_TOOL_TIME_BUDGET_SECONDS", default=120.0)
+AMUX_TOOL_CALL_TIMEOUT_SECONDS = env.float("AMUX_TOOL_CALL_TIMEOUT_SECONDS", default=30.0)
+AMUX_TOOL_CONNECT_TIMEOUT_SECONDS = env.float("AMUX_TOOL_CONNECT_TIMEOUT_SECONDS", default=20.0)
+# Tool output is capped before it reaches the model (and the record keeps what the model saw).
+AMUX_TOOL_RESULT_MAX_CHARS = env.int("AMUX_TOOL_RESULT_MAX_CHARS", default=16000)
 
 # --- Feishu ----------------------------------------------------------------------------------------------
 FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")
@@ -189,8 +265,22 @@ FEISHU_DOMAIN = env("FEISHU_DOMAIN", default="https://open.feishu.cn")
 FEISHU_MAX_EVENT_AGE_SECONDS = 5 * 60
 # Webhook bodies above this are refused (413) before lark-oapi sees them; real events are a few KiB.
 FEISHU_MAX_BODY_BYTES = env.int("FEISHU_MAX_BODY_BYTES", default=256 * 1024)
+# Long connection (G6): where the SDK asks for its websocket endpoint (Feishu: the same domain), and how often
+# `feishu_connect` re-reads the bots (enabled, disabled, re-keyed in the admin take effect within this).
+FEISHU_LONG_CONNECTION_DOMAIN = env("FEISHU_LONG_CONNECTION_DOMAIN", default="")
+FEISHU_LONG_CONNECTION_RECONCILE_SECONDS = env.float("FEISHU_LONG_CONNECTION_RECONCILE_SECONDS", default=30.0)
 # The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
+# Outbound (R2-R4). Feishu's limits: 5 messages/s per chat (shared by every bot in it), 50/s per app; the send
+# budget refills at FEISHU_SEND_BUDGET_RATIO of them so network jitter never lands a sixth inside a second.
+FEISHU_CHAT_SENDS_PER_SECOND = 5
+FEISHU_APP_SENDS_PER_SECOND = 50
+FEISHU_SEND_BUDGET_RATIO = 0.9
+# Streaming cards: an update at most every FEISHU_STREAM_UPDATE_INTERVAL_MS (Feishu allows 10/s per card), or
+# sooner once FEISHU_STREAM_UPDATE_CHARS new characters wait; a new card before Feishu's 10-minute limit.
+FEISHU_STREAM_UPDATE_INTERVAL_MS = env.int("FEISHU_STREAM_UPDATE_INTERVAL_MS", default=300)
+FEISHU_STREAM_UPDATE_CHARS = 200
+FEISHU_STREAM_CARD_SECONDS = 9 * 60
 CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}
 # F2 needs inbound events past Feishu's 7.1 h retry window; they are kept 30 days, then pruned daily.
 CELERY_BEAT_SCHEDULE["feishu-bridge-prune"] = {

@@ -14,6 +14,9 @@ CSRF_COOKIE_SECURE = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Eager unless the run is against a real broker (CI's PostgreSQL + Redis run starts a real worker).
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+if not REDIS_URL:
+    CELERY_BROKER_URL = "memory://"  # hermetic: eager tasks never touch the embedded broker's file
+    CELERY_BROKER_TRANSPORT = None
 CELERY_TASK_EAGER_PROPAGATES = True
 FEISHU_DOMAIN = "http://127.0.0.1:9"  # nothing listens: a test that forgets its stub server fails loudly
 AMUX_DISCUSS_WAKE_TIMER = False  # tests fire discuss wakes explicitly (an injected clock), never from a thread

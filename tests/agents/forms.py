@@ -17,11 +17,15 @@ def bot_admin_form_data(bot: Bot, **changes) -> dict:
         "discuss_probe_model": bot.discuss_probe_model_id or "",
         "probe_debounce_initial_ms": "",
         "probe_debounce_max_ms": "",
+        "feishu_event_mode": bot.feishu_event_mode,
         "feishu_app_id": bot.feishu_app_id,
         "feishu_bot_open_id": bot.feishu_bot_open_id,
         "feishu_app_secret": "",
         "feishu_encrypt_key": "",
         "feishu_verification_token": "",
+        "reply_format": bot.reply_format,
+        "receipt_emoji": bot.receipt_emoji,
+        "failure_emoji": bot.failure_emoji,
     }
     data.update(changes)
     return data

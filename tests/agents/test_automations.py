@@ -9,7 +9,6 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from agents.llm.local_rules import ECHO_LABEL
 from agents.models import Automation, Message, Provider, Thread, Turn
 from agents.selectors import context_messages_list, message_history_page
-from agents.services import automations as automations_service
 from agents.services.automations import (
     AUTOMATION_TASK_NAME,
     automation_create,
@@ -76,8 +75,8 @@ def test_v2_a_run_appends_prompt_mask_0_and_reply_mask_1_to_its_own_thread(bot, 
     # given
     automation = automation_create(bot=bot, name="daily report", prompt="Summarise yesterday.", schedule=daily)
     # when: two runs
-    first = automation_run(automation=automation, run_id="run-1")
-    second = automation_run(automation=automation, run_id="run-2")
+    outcomes = [automation_run(automation=automation, run_id=run_id) for run_id in ("run-1", "run-2")]
+    first, second = (turn.reply_message for turn in Turn.objects.order_by("id"))
     # then: one automation thread, created on the first run
     thread = Thread.objects.get()
     automation.refresh_from_db()
@@ -94,6 +93,7 @@ def test_v2_a_run_appends_prompt_mask_0_and_reply_mask_1_to_its_own_thread(bot, 
     assert [m.pk for m in message_history_page(thread=thread).messages] == [second.pk, first.pk]
     assert context_messages_list(thread=thread) == []
     assert second.content == f"{ECHO_LABEL} I received 0 context messages; you said: Summarise yesterday."
+    assert outcomes == ["delivered", "delivered"]
     assert list(Turn.objects.order_by("id").values_list("trigger", "source_message_id", "status")) == [
         ("automation", f"automation:{automation.pk}:run-1", "delivered"),
         ("automation", f"automation:{automation.pk}:run-2", "delivered"),
@@ -107,7 +107,7 @@ def test_t2_the_same_run_twice_is_one_turn_and_one_reply(bot, daily):
     first = automation_run(automation=automation, run_id="task-abc")
     again = automation_run(automation=automation, run_id="task-abc")
     # then
-    assert first.pk == again.pk
+    assert (first, again) == ("delivered", "already_finished")
     assert Turn.objects.count() == 1
     assert Message.objects.count() == 2
 
@@ -117,10 +117,12 @@ def test_the_beat_task_runs_an_enabled_automation_and_skips_a_disabled_one(bot, 
     enabled = automation_create(bot=bot, name="on", prompt="Go.", schedule=daily)
     disabled = automation_create(bot=bot, name="off", prompt="Go.", schedule=daily, is_enabled=False)
     # when: beat's call (no run id: the task id names the run)
-    reply_id = automation_run_task.delay(enabled.pk).get()
+    outcome = automation_run_task.delay(enabled.pk).get()
     skipped = automation_run_task.delay(disabled.pk).get()
     # then
-    assert Message.objects.get(pk=reply_id).thread_id == Automation.objects.get(pk=enabled.pk).thread_id
+    turn = Turn.objects.get()
+    assert (outcome, turn.status) == ("delivered", "delivered")
+    assert turn.reply_message.thread_id == Automation.objects.get(pk=enabled.pk).thread_id
     assert skipped is None
     assert Automation.objects.get(pk=disabled.pk).thread_id is None
 
@@ -144,26 +146,11 @@ def test_run_now_runs_a_disabled_automation(bot, daily):
     # given
     automation = automation_create(bot=bot, name="off", prompt="Go.", schedule=daily, is_enabled=False)
     # when: "Run now" passes its own run id
-    reply_id = automation_run_task.delay(automation.pk, "run-now-1").get()
+    outcome = automation_run_task.delay(automation.pk, "run-now-1").get()
     # then
-    assert Message.objects.get(pk=reply_id).kind == "agent_reply"
-
-
-def test_a_feishu_chat_automation_hands_its_reply_to_the_registered_poster(
-    bot, daily, monkeypatch, django_capture_on_commit_callbacks
-):
-    # given: the Feishu bridge registers a poster; this automation posts to a chat
-    posted = []
-    monkeypatch.setattr(automations_service, "_posters", [])
-    automations_service.automation_poster_register(
-        lambda automation, turn, reply: posted.append((automation.pk, reply.pk))
-    )
-    automation = automation_create(bot=bot, name="to chat", prompt="Go.", schedule=daily, feishu_chat_id="oc_123")
-    # when
-    with django_capture_on_commit_callbacks(execute=True):
-        reply = automation_run(automation=automation, run_id="r1")
-    # then
-    assert posted == [(automation.pk, reply.pk)]
+    turn = Turn.objects.get()
+    assert (outcome, turn.source_message_id) == ("delivered", f"automation:{automation.pk}:run-now-1")
+    assert turn.reply_message.kind == "agent_reply"
 
 
 def test_an_empty_prompt_is_refused_and_nothing_is_written(bot, daily):

@@ -169,8 +169,8 @@ def test_bad_message_is_400_and_writes_nothing(people, body, django_capture_on_c
 
 
 def test_v4_a_client_supplied_mask_is_ignored(people, django_capture_on_commit_callbacks):
-    # given: an automation thread, and a client that tries to make its message visible to context
-    thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION)
+    # given: a REST thread in automation mode, and a client that tries to make its message visible to context
+    thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION, channel=Thread.Channel.REST)
     # when
     with django_capture_on_commit_callbacks(execute=True):
         response = token_client(people["owner"]).post(
@@ -182,8 +182,8 @@ def test_v4_a_client_supplied_mask_is_ignored(people, django_capture_on_commit_c
 
 
 def test_v2_automation_thread_messages_get_automation_masks(people, django_capture_on_commit_callbacks):
-    # given
-    thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION)
+    # given: a REST thread in automation mode (the API creates these; the automation channel's are refused)
+    thread = ThreadFactory(bot=people["bot"], runtime_mode=Thread.RuntimeMode.AUTOMATION, channel=Thread.Channel.REST)
     client = token_client(people["owner"])
     # when
     with django_capture_on_commit_callbacks(execute=True):
@@ -230,8 +230,8 @@ def test_t2_a_lost_enqueue_still_answers_202_and_the_sweeper_runs_the_turn(
     from agents.tasks import turn_run_task
 
     thread = ThreadFactory(bot=people["bot"])
-    real_delay = turn_run_task.delay
-    delay = mocker.patch.object(turn_run_task, "delay", side_effect=OperationalError("Error 111 connecting"))
+    real_delay = turn_run_task.apply_async
+    delay = mocker.patch.object(turn_run_task, "apply_async", side_effect=OperationalError("Error 111 connecting"))
     with django_capture_on_commit_callbacks(execute=True):
         response = token_client(people["owner"]).post(messages_url(thread), {"content": "hi"}, format="json")
     assert response.status_code == 202
@@ -247,3 +247,48 @@ def test_t2_a_lost_enqueue_still_answers_202_and_the_sweeper_runs_the_turn(
     assert swept == 1
     assert turn.status == Turn.Status.DELIVERED
     assert Message.objects.filter(kind=Message.Kind.AGENT_REPLY).count() == 1
+
+
+# --- issue 9.11: REST posts only into live REST threads ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("thread_fields", "expected_message"),
+    [
+        (
+            {"channel": Thread.Channel.FEISHU, "external_key": "oc_group:om_root"},
+            "This thread belongs to a Feishu chat; post in Feishu instead.",
+        ),
+        (
+            {"runtime_mode": Thread.RuntimeMode.AUTOMATION, "channel": Thread.Channel.AUTOMATION},
+            "This thread belongs to the Automation channel; only REST threads take REST messages.",
+        ),
+        ({"retired_at": "2026-01-01T00:00:00Z"}, "This thread is retired; start a new thread to post."),
+    ],
+    ids=["feishu", "automation", "retired"],
+)
+def test_i9_11_rest_cannot_post_into_feishu_automation_or_retired_threads_and_writes_nothing(
+    people, thread_fields, expected_message, django_capture_on_commit_callbacks
+):
+    # given
+    thread = ThreadFactory(bot=people["bot"], **thread_fields)
+    # when
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        response = token_client(people["owner"]).post(messages_url(thread), {"content": "hi"}, format="json")
+    # then
+    assert response.status_code == 409
+    assert response.json() == {
+        "message": expected_message,
+        "extra": {"thread_id": thread.pk, "channel": thread.channel},
+    }
+    assert (Message.objects.count(), Turn.objects.count(), len(callbacks)) == (0, 0, 0)
+
+
+def test_i9_11_a_retired_thread_of_another_user_is_still_a_404(people):
+    # given: the ownership check comes first, so a non-owner learns nothing about the thread's state
+    thread = ThreadFactory(bot=people["bot"], retired_at="2026-01-01T00:00:00Z")
+    # when
+    response = token_client(people["other"]).post(messages_url(thread), {"content": "hi"}, format="json")
+    # then
+    assert response.status_code == 404
+    assert Message.objects.count() == 0

@@ -1,5 +1,7 @@
 """The threads REST API: permissions, the mask through the DB and both queries (V1-V4), bad input, schema."""
 
+import logging
+
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -271,7 +273,7 @@ def test_thread_create_malformed_json_is_400_and_writes_nothing(people):
     response = token_client(people["owner"]).post(THREADS_URL, "{not json", content_type="application/json")
 
     assert response.status_code == 400
-    assert response.json()["message"].startswith("JSON parse error")
+    assert response.json() == {"message": "The body is not valid JSON.", "extra": {}}  # words, not the decoder's
     assert Thread.objects.count() == 0
 
 
@@ -538,3 +540,92 @@ def test_v3_context_messages_list_trims_to_the_newest_before_an_id_oldest_first(
     assert [m.pk for m in context_messages_list(thread=thread, before_id=ids[5])] == ids[:5]
     assert [m.pk for m in context_messages_list(thread=thread, before_id=ids[5], limit=2)] == ids[3:5]
     assert context_messages_list(thread=thread, limit=0) == []
+
+
+# --- issue 10: bounded JSON depth, worded errors, limit/offset refused as the schema refuses them ------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["[" * 1000 + "]" * 1000, '{"a":' * 1000 + "1" + "}" * 1000],
+    ids=["arrays", "objects"],
+)
+def test_i10_1_a_depth_bomb_post_is_a_400_writes_nothing_and_logs_no_error(people, caplog, body):
+    # when
+    response = token_client(people["owner"]).post(THREADS_URL, body, content_type="application/json")
+    # then
+    assert response.status_code == 400
+    assert response.json() == {"message": "The JSON body is nested deeper than 64 levels.", "extra": {}}
+    assert Thread.objects.count() == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_i10_1_a_body_nested_50_deep_is_parsed_and_answered_by_the_serializer(people):
+    # given: valid fields plus an extra key nested 50 deep (the serializer ignores unknown keys)
+    body = '{"bot": "planner", "runtime_mode": "chat", "extra": ' + "[" * 50 + "]" * 50 + "}"
+    # when
+    response = token_client(people["owner"]).post(THREADS_URL, body, content_type="application/json")
+    # then
+    assert response.status_code == 201
+    assert Thread.objects.count() == 1
+
+
+def test_i10_6_a_broken_multipart_body_is_a_worded_400(people):
+    # when: a multipart body with no boundary (Django's parser error text used to be the message)
+    response = token_client(people["owner"]).post(THREADS_URL, b"--x\r\nbad", content_type="multipart/form-data")
+    # then
+    assert response.status_code == 400
+    assert response.json() == {
+        "message": "The body is not valid multipart/form-data (check its boundary and parts).",
+        "extra": {},
+    }
+    assert Thread.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "expected"),
+    [
+        ("limit=abc", "limit", "limit must be a whole number from 1 to 200."),
+        ("limit=0", "limit", "limit must be a whole number from 1 to 200."),
+        ("limit=201", "limit", "limit must be a whole number from 1 to 200."),
+        ("limit=1.5", "limit", "limit must be a whole number from 1 to 200."),
+        ("offset=-1", "offset", "offset must be a whole number at least 0."),
+        ("offset=x", "offset", "offset must be a whole number at least 0."),
+    ],
+)
+def test_i10_7_garbage_limit_or_offset_is_a_400_not_a_silent_default(people, query, field, expected):
+    # when
+    response = token_client(people["owner"]).get(f"{THREADS_URL}?{query}")
+    # then
+    assert response.status_code == 400
+    assert response.json() == {"message": "Validation error", "extra": {"fields": {field: [expected]}}}
+
+
+def test_i10_7_limit_and_offset_within_bounds_page_the_list(people):
+    # given
+    ThreadFactory.create_batch(3, bot=people["bot"])
+    # when
+    body = token_client(people["owner"]).get(f"{THREADS_URL}?limit=2&offset=2").json()
+    # then
+    assert (body["count"], len(body["results"])) == (3, 1)
+
+
+def test_i10_7_the_schema_states_the_bounds_the_api_enforces():
+    # given
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+
+    # when
+    def parameter(path: str, name: str) -> dict:
+        return next(p for p in schema["paths"][path]["get"]["parameters"] if p["name"] == name)["schema"]
+
+    content = schema["components"]["schemas"]["MessagePostInput"]["properties"]["content"]
+    # then
+    assert parameter("/api/v1/threads/", "limit") == {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}
+    assert parameter("/api/v1/threads/", "offset") == {"type": "integer", "minimum": 0, "default": 0}
+    history_page_size = parameter("/api/v1/threads/{thread_id}/history/", "page_size")
+    assert (history_page_size["minimum"], history_page_size["maximum"]) == (1, 200)
+    assert parameter("/api/v1/context/decisions/", "profile")["oneOf"][0]["pattern"] == "^[-a-zA-Z0-9_]*$"
+    assert (content["pattern"], content["maxLength"]) == ("\\S", 32000)  # not blank: one non-space character
+    assert set(schema["paths"]["/api/v1/threads/{thread_id}/messages/"]["post"]["responses"]) >= {"409", "414"}

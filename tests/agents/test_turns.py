@@ -10,6 +10,8 @@ from agents.services.turns import (
     DEFAULT_CONTEXT_WINDOW_TOKENS,
     EMPTY_ANSWER_RETRY_NOTE,
     TURN_MAX_ATTEMPTS,
+    Prepared,
+    TurnChannel,
     TurnRetryLater,
     backoff_seconds,
     context_budget_tokens,
@@ -19,6 +21,7 @@ from agents.services.turns import (
     turn_get_or_create,
     turn_run,
 )
+from agents.services.turns import channels as turn_channels
 from agents.tasks import turn_run_task
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory
 from tests.stubs.llm_servers import (
@@ -50,6 +53,37 @@ def rest_turn(thread: Thread, content: str = "hello") -> Turn:
         user_message=message,
     )  # fmt: skip
     return turn
+
+
+class ScriptedChannel(TurnChannel):
+    """What a channel with its own prepare (the Feishu bridge's) hands the runner: the person's text, the rendered
+    prompt and, for a discuss turn, the activation contract."""
+
+    def __init__(self, *, content: str, prompt: str = "", author: str = "", contract: str = "") -> None:
+        self.content, self.prompt, self.author, self.contract = content, prompt, author, contract
+
+    def prepare(self, *, turn: Turn) -> Prepared:
+        return Prepared(content=self.content, prompt=self.prompt, author=self.author)
+
+    def activation_contract(self, *, turn: Turn) -> str:
+        return self.contract
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Registers a ScriptedChannel for threads whose channel is "scripted"; returns such a thread's factory."""
+
+    def install(*, bot, **prepared) -> Thread:
+        monkeypatch.setitem(turn_channels._channels, "scripted", ScriptedChannel(**prepared))
+        return ThreadFactory(bot=bot, channel="scripted")
+
+    return install
+
+
+def run(turn: Turn) -> Message | None:
+    """One run through the one pipeline (as the task makes it); the turn's stored reply afterwards."""
+    turn_run(turn_id=turn.pk)
+    return Turn.objects.select_related("reply_message").get(pk=turn.pk).reply_message
 
 
 # --- Pure rules --------------------------------------------------------------------------------------------
@@ -138,11 +172,11 @@ def test_t2_same_trigger_run_twice_gives_one_reply_and_one_model_call(llm_stub):
         "openai_chat", StubResponse(body=openai_chat_body(text="Hi Alice.", input_tokens=30, output_tokens=4))
     )
     # when
-    first = turn_run(turn=turn)
+    first = run(turn)
     again, _ = turn_get_or_create(
         bot=thread.bot, thread=thread, trigger=Turn.Trigger.REST, source_message_id=turn.source_message_id
     )
-    second = turn_run(turn=again)
+    second = run(again)
     # then
     assert first.pk == second.pk
     assert first.content == "Hi Alice."
@@ -161,18 +195,18 @@ def test_t2_same_trigger_run_twice_gives_one_reply_and_one_model_call(llm_stub):
     assert [entry["outcome"] for entry in turn.retry_history] == ["ok"]
 
 
-def test_t2_rerun_after_a_crash_mid_call_stores_user_message_and_reply_once(llm_stub, mocker):
-    # given: a Feishu-style turn whose run dies inside the provider call (as a SIGKILL would)
-    thread = ThreadFactory(bot=stub_bot(llm_stub))
+def test_t2_rerun_after_a_crash_mid_call_stores_user_message_and_reply_once(llm_stub, mocker, scripted):
+    # given: a Feishu-style turn (its channel prepares the prompt) whose run dies inside the provider call
+    thread = scripted(bot=stub_bot(llm_stub), content="@Tutu hi", prompt="<rendered> @Tutu hi", author="bob")
     turn, _ = turn_get_or_create(bot=thread.bot, thread=thread, trigger=Turn.Trigger.MENTION, source_message_id="om_9")
-    crash = mocker.patch("agents.services.turns._complete_with_contract", side_effect=SystemExit("killed"))
+    crash = mocker.patch("agents.services.turns.runner._complete", side_effect=SystemExit("killed"))
     with pytest.raises(SystemExit):
-        turn_run(turn=turn, user_content="@Tutu hi", user_prompt="<rendered> @Tutu hi", author="bob")
+        run(turn)
     turn.refresh_from_db()
     assert (turn.status, turn.reply_message_id) == (Turn.Status.RUNNING, None)
     mocker.stop(crash)
-    # when: the redelivered task runs it again with the same arguments
-    reply = turn_run(turn=turn, user_content="@Tutu hi", user_prompt="<rendered> @Tutu hi", author="bob")
+    # when: the redelivered task runs it again
+    reply = run(turn)
     # then
     users = Message.objects.filter(thread=thread, kind=Message.Kind.USER_MESSAGE)
     assert [(m.content, m.prompt, m.author) for m in users] == [("@Tutu hi", "<rendered> @Tutu hi", "bob")]
@@ -189,21 +223,21 @@ def test_t2_racing_runs_of_one_turn_leave_exactly_one_reply(llm_stub, mocker):
     turn = rest_turn(thread)
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="from A")))
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="from B")))
-    from agents.services import turns as turns_module
+    from agents.services.turns import runner as turns_module
 
-    real = turns_module._complete_with_contract
+    real = turns_module._complete
     inner_reply = {}
 
     def slow_call(**kwargs):
         result = real(**kwargs)  # A's answer ("from A"); B's call below is the plain one ("from B")
         if not inner_reply:
             inner_reply["message"] = None
-            inner_reply["message"] = turn_run(turn=Turn.objects.get(pk=turn.pk))  # B completes first
+            inner_reply["message"] = run(Turn.objects.get(pk=turn.pk))  # B completes first
         return result
 
-    mocker.patch.object(turns_module, "_complete_with_contract", side_effect=slow_call)
+    mocker.patch.object(turns_module, "_complete", side_effect=slow_call)
     # when
-    outer = turn_run(turn=turn)
+    outer = run(turn)
     # then: B's reply stands, A's was rolled back
     assert outer.pk == inner_reply["message"].pk
     assert [m.content for m in Message.objects.filter(kind=Message.Kind.AGENT_REPLY)] == ["from B"]
@@ -252,10 +286,10 @@ def test_t2_a_soft_time_limit_mid_call_is_retried_not_left_running(llm_stub, moc
 
     mocker.patch.object(completions.Completions, "create", create)
     # when
-    reply_id = turn_run_task.delay(turn.pk).get()
+    outcome = turn_run_task.delay(turn.pk).get()
     # then
     turn.refresh_from_db()
-    assert (turn.status, turn.attempts, reply_id) == (Turn.Status.DELIVERED, 2, turn.reply_message_id)
+    assert (turn.status, turn.attempts, outcome) == (Turn.Status.DELIVERED, 2, "delivered")
     assert turn.reply_message.content == "in time"
     assert [entry["outcome"] for entry in turn.retry_history] == ["retry", "ok"]
     assert turn.retry_history[0]["error"] == "TransientError: The provider call ran past the task's soft time limit."
@@ -271,7 +305,7 @@ def test_t2_rate_limit_retry_after_sets_the_countdown(llm_stub):
     )
     # when
     with pytest.raises(TurnRetryLater) as caught:
-        turn_run(turn=turn)
+        run(turn)
     # then
     assert caught.value.countdown_seconds == 42.0
     turn.refresh_from_db()
@@ -311,7 +345,7 @@ def test_t2_permanent_failure_is_recorded_with_a_readable_reason(llm_stub, statu
     turn = rest_turn(thread)
     llm_stub.enqueue("openai_chat", StubResponse(status=status, body=body))
     # when
-    reply = turn_run(turn=turn)
+    reply = run(turn)
     # then
     assert reply is None
     turn.refresh_from_db()
@@ -322,7 +356,7 @@ def test_t2_permanent_failure_is_recorded_with_a_readable_reason(llm_stub, statu
     assert len(llm_stub.requests) == 1
     assert not Message.objects.filter(kind=Message.Kind.AGENT_REPLY).exists()
     # a failed turn is not re-run by a duplicate trigger
-    assert turn_run(turn=turn) is None
+    assert run(turn) is None
     assert len(llm_stub.requests) == 1
 
 
@@ -336,7 +370,7 @@ def test_t2_an_answer_without_the_documented_shape_fails_the_turn_readably(llm_s
     # when
     result = turn_run_task.delay(turn.pk).get()
     # then
-    assert result is None
+    assert result == "failed"
     turn.refresh_from_db()
     assert turn.status == Turn.Status.FAILED
     assert turn.error.startswith(
@@ -352,7 +386,7 @@ def test_t2_disabled_provider_fails_without_a_call(llm_stub):
     Provider.objects.filter(pk=bot.primary_model.provider_id).update(is_enabled=False)
     turn = rest_turn(ThreadFactory(bot=bot))
     # when
-    reply = turn_run(turn=turn)
+    reply = run(turn)
     # then
     turn.refresh_from_db()
     assert reply is None
@@ -368,7 +402,7 @@ def test_t2_disabled_bot_fails_without_a_call(llm_stub):
     bot.is_enabled = False
     bot.save(update_fields=["is_enabled"])
     # when
-    reply = turn_run(turn=turn)
+    reply = run(turn)
     # then
     turn.refresh_from_db()
     assert (reply, turn.status, turn.error) == (
@@ -386,7 +420,7 @@ def test_t3_primary_input_is_system_prompt_context_then_the_new_prompt(llm_stub)
     message_create(thread=thread, kind=Message.Kind.AGENT_REPLY, content="a1")
     turn = rest_turn(thread, content="q2")
     # when
-    turn_run(turn=turn)
+    run(turn)
     # then
     assert llm_stub.requests[0].json["messages"] == [
         {"role": "system", "content": "You are Tutu."},
@@ -408,7 +442,7 @@ def test_t3_context_messages_are_the_newest_that_fit_the_models_window(llm_stub)
     turn = rest_turn(thread, content="newest")
     # budget = 400 - 100 - estimate("newest") = 400 - 100 - 6 = 294 → five messages of 54 tokens (270)
     # when
-    turn_run(turn=turn)
+    run(turn)
     # then
     sent = llm_stub.requests[0].json["messages"]
     assert [m["content"][0] for m in sent[:-1]] == ["5", "6", "7", "8", "9"]
@@ -427,7 +461,7 @@ def test_t3_the_request_never_asks_for_more_output_than_the_window_leaves(llm_st
         message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content=f"{i}" + "x" * 199)
     turn = rest_turn(thread, content="newest")
     # when
-    turn_run(turn=turn)
+    run(turn)
     # then: 100 (= 400 // 4) reserved and requested; the budget 400 - 100 - 6 = 294 keeps five messages
     sent = llm_stub.requests[0].json
     assert sent["max_tokens"] == 100
@@ -443,7 +477,7 @@ def test_t3_a_turn_loads_no_more_context_rows_than_could_fit_the_window(llm_stub
         message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content=f"m{i}")
     turn = rest_turn(thread, content="q")
     # when
-    turn_run(turn=turn)
+    run(turn)
     # then: only the newest ten were read, so at most ten could be sent or counted as dropped
     turn.refresh_from_db()
     loaded = len(turn.model_input["context_message_ids"]) + turn.model_input["dropped_context_messages"]
@@ -452,14 +486,15 @@ def test_t3_a_turn_loads_no_more_context_rows_than_could_fit_the_window(llm_stub
     assert llm_stub.requests[0].json["messages"][-1] == {"role": "user", "content": "q"}
 
 
-def test_p9_activation_contract_is_last_and_never_trimmed(llm_stub):
+def test_p9_activation_contract_is_last_and_never_trimmed(llm_stub, scripted):
     # given: a window so small that no context fits, and a long contract
-    thread = ThreadFactory(bot=stub_bot(llm_stub, context_window=300, max_output_tokens=100, system_prompt=""))
-    message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content="y" * 2000)
     contract = "HARD REQUIREMENT: send a message. " + "z" * 600
+    bot = stub_bot(llm_stub, context_window=300, max_output_tokens=100, system_prompt="")
+    thread = scripted(bot=bot, content="what now?", contract=contract)
+    message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content="y" * 2000)
     turn, _ = turn_get_or_create(bot=thread.bot, thread=thread, trigger=Turn.Trigger.DISCUSS, source_message_id="om_d")
     # when
-    turn_run(turn=turn, user_content="what now?", activation_contract=contract)
+    run(turn)
     # then
     assert llm_stub.requests[0].json["messages"] == [
         {"role": "user", "content": "what now?"},
@@ -467,9 +502,9 @@ def test_p9_activation_contract_is_last_and_never_trimmed(llm_stub):
     ]
 
 
-def test_p9_empty_answer_is_retried_once_with_the_contract_restated(llm_stub):
+def test_p9_empty_answer_is_retried_once_with_the_contract_restated(llm_stub, scripted):
     # given: the primary answers empty text first
-    thread = ThreadFactory(bot=stub_bot(llm_stub, system_prompt=""))
+    thread = scripted(bot=stub_bot(llm_stub, system_prompt=""), content="anyone?", contract="CONTRACT")
     turn, _ = turn_get_or_create(bot=thread.bot, thread=thread, trigger=Turn.Trigger.DISCUSS, source_message_id="om_e")
     llm_stub.enqueue(
         "openai_chat",
@@ -477,7 +512,7 @@ def test_p9_empty_answer_is_retried_once_with_the_contract_restated(llm_stub):
         StubResponse(body=openai_chat_body(text="Here is my take.", input_tokens=12, output_tokens=5)),
     )
     # when
-    reply = turn_run(turn=turn, user_content="anyone?", activation_contract="CONTRACT")
+    reply = run(turn)
     # then
     assert reply.content == "Here is my take."
     assert len(llm_stub.requests) == 2
@@ -490,13 +525,13 @@ def test_p9_empty_answer_is_retried_once_with_the_contract_restated(llm_stub):
     assert Message.objects.filter(kind=Message.Kind.AGENT_REPLY).count() == 1
 
 
-def test_p9_still_empty_after_the_one_retry_sends_nothing(llm_stub):
+def test_p9_still_empty_after_the_one_retry_sends_nothing(llm_stub, scripted):
     # given
-    thread = ThreadFactory(bot=stub_bot(llm_stub, system_prompt=""))
+    thread = scripted(bot=stub_bot(llm_stub, system_prompt=""), content="anyone?", contract="CONTRACT")
     turn, _ = turn_get_or_create(bot=thread.bot, thread=thread, trigger=Turn.Trigger.DISCUSS, source_message_id="om_f")
     llm_stub.respond_with("openai_chat", lambda request: StubResponse(body=openai_chat_body(text="")))
     # when
-    reply = turn_run(turn=turn, user_content="anyone?", activation_contract="CONTRACT")
+    reply = run(turn)
     # then: two calls, never a third, no reply
     assert reply is None
     assert len(llm_stub.requests) == 2
@@ -514,6 +549,6 @@ def test_t1_local_rules_agent_shows_the_context_it_received():
     message_create(thread=thread, kind=Message.Kind.AGENT_REPLY, content="ok")
     turn = rest_turn(thread, content="second")
     # when
-    reply = turn_run(turn=turn)
+    reply = run(turn)
     # then
     assert reply.content == f"{ECHO_LABEL} I received 2 context messages; you said: second"

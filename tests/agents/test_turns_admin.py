@@ -7,6 +7,7 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from agents.models import Automation, Message, Provider, Turn
 from agents.services.automations import automation_create
+from agents.services.threads import message_create
 from agents.services.turns import turn_get_or_create, turn_run
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
 from tests.stubs.llm_servers import AUTH_BODIES, SERVER_ERROR_BODIES, StubResponse, openai_chat_body
@@ -28,6 +29,15 @@ def stub_model(llm_stub, **provider_fields):
     return LLMModelFactory(provider=provider, name="gpt-4o")
 
 
+def asked(*, bot, thread, trigger, source_message_id, content="hi"):
+    """A turn whose user message is stored (as a channel's prepare leaves it)."""
+    message = message_create(thread=thread, kind=Message.Kind.USER_MESSAGE, content=content)
+    turn, _ = turn_get_or_create(
+        bot=bot, thread=thread, trigger=trigger, source_message_id=source_message_id, user_message=message
+    )
+    return turn
+
+
 def test_turn_list_shows_status_trigger_bot_duration_tokens_and_error(admin_client, llm_stub):
     # given: one delivered turn and one failed turn
     bot = BotFactory(slug="helper", primary_model=stub_model(llm_stub))
@@ -37,10 +47,10 @@ def test_turn_list_shows_status_trigger_bot_duration_tokens_and_error(admin_clie
         StubResponse(body=openai_chat_body(text="fine", input_tokens=123, output_tokens=45)),
         StubResponse(status=401, body=AUTH_BODIES["openai_chat"]),
     )
-    ok, _ = turn_get_or_create(bot=bot, thread=thread, trigger=Turn.Trigger.MENTION, source_message_id="om_1")
-    turn_run(turn=ok, user_content="hi")
-    bad, _ = turn_get_or_create(bot=bot, thread=thread, trigger=Turn.Trigger.DM, source_message_id="om_2")
-    turn_run(turn=bad, user_content="hi")
+    ok = asked(bot=bot, thread=thread, trigger=Turn.Trigger.MENTION, source_message_id="om_1")
+    turn_run(turn_id=ok.pk)
+    bad = asked(bot=bot, thread=thread, trigger=Turn.Trigger.DM, source_message_id="om_2")
+    turn_run(turn_id=bad.pk)
     # when
     response = admin_client.get("/admin/agents/turn/")
     # then
@@ -61,7 +71,7 @@ def test_turn_detail_shows_model_input_as_sent_output_usage_and_retry_history(ad
         StubResponse(status=500, body=SERVER_ERROR_BODIES["openai_chat"]),
         StubResponse(body=openai_chat_body(text="The answer is 42.", input_tokens=9, output_tokens=6)),
     )
-    turn, _ = turn_get_or_create(bot=bot, thread=thread, trigger=Turn.Trigger.MENTION, source_message_id="om_3")
+    turn = asked(bot=bot, thread=thread, trigger=Turn.Trigger.MENTION, source_message_id="om_3")
     from agents.tasks import turn_run_task
 
     turn_run_task.delay(turn.pk)
@@ -183,3 +193,22 @@ def test_test_connection_labels_local_rules_as_rule_based(admin_client):
     [message] = [str(m) for m in get_messages(response.wsgi_request)]
     assert message.startswith("offline / rules (rule-based, offline): OK in ")
     assert "[local_rules · rule-based echo]" in message
+
+
+def test_l2_delivery_failed_turns_are_listed_by_the_status_filter(admin_client, llm_stub):
+    # given: one delivered turn and one whose delivery was given up on
+    bot = BotFactory(slug="helper", primary_model=stub_model(llm_stub))
+    thread = ThreadFactory(bot=bot)
+    asked(bot=bot, thread=thread, trigger=Turn.Trigger.REST, source_message_id="rest:1")
+    lost = asked(bot=bot, thread=thread, trigger=Turn.Trigger.MENTION, source_message_id="om_lost")
+    Turn.objects.filter(pk=lost.pk).update(
+        status=Turn.Status.DELIVERY_FAILED, error="Gave up after 5 delivery attempts. Last error: 503"
+    )
+    # when
+    response = admin_client.get("/admin/agents/turn/", {"status__exact": "delivery_failed"})
+    # then: only the lost one, with its reason
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == 1
+    assert list(response.context["cl"].result_list) == [lost]
+    assert "Gave up after 5 delivery attempts" in page

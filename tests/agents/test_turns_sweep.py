@@ -31,7 +31,7 @@ def ago(seconds: float):
 @pytest.fixture
 def busy_broker(mocker):
     """A healthy broker that takes every task but whose workers have not got to it yet."""
-    return mocker.patch.object(turn_run_task, "delay")
+    return mocker.patch.object(turn_run_task, "apply_async")
 
 
 def test_intervals_come_from_the_celery_settings(settings):
@@ -71,7 +71,7 @@ def test_t2_a_turn_the_broker_took_is_swept_once_per_redelivery_interval(llm_stu
     # then: re-enqueued once, re-stamped, so the next pass leaves it alone
     turn.refresh_from_db()
     assert (first, second, busy_broker.call_count) == (1, 0, 2)
-    assert busy_broker.call_args.args == (turn.pk,)
+    assert busy_broker.call_args.kwargs["args"] == [turn.pk]
     assert before <= turn.enqueued_at <= timezone.now()
     assert (turn.status, turn.sweeps) == (Turn.Status.QUEUED, 0)
 
@@ -81,7 +81,7 @@ def test_t2_a_refused_enqueue_is_not_stamped_and_is_swept_after_a_minute(llm_stu
     from kombu.exceptions import OperationalError as BrokerDown
 
     turn = rest_turn(ThreadFactory(bot=stub_bot(llm_stub)))
-    delay = mocker.patch.object(turn_run_task, "delay", side_effect=BrokerDown("Error 111 connecting"))
+    delay = mocker.patch.object(turn_run_task, "apply_async", side_effect=BrokerDown("Error 111 connecting"))
     assert turn_enqueue(turn_id=turn.pk) is False
     turn.refresh_from_db()
     assert turn.enqueued_at is None
@@ -97,10 +97,10 @@ def test_t2_a_refused_enqueue_is_not_stamped_and_is_swept_after_a_minute(llm_stu
 def crash_after_claim(turn: Turn, mocker) -> None:
     """Run the turn until the database fails mid-run, after the claim committed: the turn is left running."""
     failing = mocker.patch(
-        "agents.services.turns._complete_with_contract", side_effect=OperationalError("server closed the connection")
+        "agents.services.turns.runner._complete", side_effect=OperationalError("server closed the connection")
     )
     with pytest.raises(OperationalError):
-        turn_run(turn=turn)
+        turn_run(turn_id=turn.pk)
     mocker.stop(failing)
 
 
@@ -163,13 +163,11 @@ def test_t2_a_turn_left_running_is_re_enqueued_at_most_once_per_interval_then_fa
     assert llm_stub.requests_for("openai_chat") == []
 
 
-def test_t2_sweep_leaves_other_turns_alone(llm_stub, busy_broker):
-    """Feishu turns have the bridge's sweeper; a queued turn waiting for a Celery retry has attempts > 0."""
+def test_t2_sweep_leaves_a_turn_waiting_for_its_celery_retry_alone(llm_stub, busy_broker):
+    """A queued turn waiting for a Celery retry has attempts > 0: the retry, not the sweeper, runs it."""
     # given
     bot = stub_bot(llm_stub)
     retrying = rest_turn(ThreadFactory(bot=bot))
-    feishu = rest_turn(ThreadFactory(bot=bot))
     Turn.objects.filter(pk=retrying.pk).update(attempts=1, queued_at=ago(3600))
-    Turn.objects.filter(pk=feishu.pk).update(trigger=Turn.Trigger.MENTION, queued_at=ago(3600))
     # when / then
     assert (turns_sweep(), busy_broker.call_count) == (0, 0)

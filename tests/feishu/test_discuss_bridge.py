@@ -10,11 +10,11 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from agents.models import Bot, Turn
+from agents.services.turns import turns_sweep
+from agents.tasks import turn_run_task
 from amuxweb.celery import app as celery_app
 from amuxweb.feishu import discuss
 from amuxweb.feishu.models import DiscussWake
-from amuxweb.feishu.services.turns import feishu_turns_sweep
-from amuxweb.feishu.tasks import feishu_turn_process
 from probe.prompts import activation_contract
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.probe.conftest import make_discuss_bot, make_judge, stub_base_url  # noqa: F401  (fixtures)
@@ -54,22 +54,23 @@ def test_a_discuss_turn_requeued_by_the_sweeper_keeps_its_activation_contract_P9
     )
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Because of X.")))
     feishu.say(discuss_bot, text="why is the build red?", chat_id="oc_team")
-    lost = mocker.patch.object(feishu_turn_process, "apply_async", side_effect=OperationalError("redis down"))
+    lost = mocker.patch.object(turn_run_task, "apply_async", side_effect=OperationalError("redis down"))
     with django_capture_on_commit_callbacks(execute=True):
         outcomes = discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
     assert outcomes == [discuss.FIRE_STARTED]
     assert lost.call_count == 1
     turn = Turn.objects.get(bot=discuss_bot)
     [record] = [r for r in caplog.records if r.getMessage().startswith("task not enqueued")]
-    assert (record.what, record.task_args) == ("feishu_turn", [turn.pk])  # the contract is not logged
+    assert (record.what, record.task_args) == ("turn", [turn.pk])  # the contract never travels with it
     assert (turn.status, turn.attempts) == ("queued", 0)
     assert llm_stub.requests_for("openai_chat") == []
-    # when: the broker is back and the beat sweeper finds the lost turn
+    # when: the broker is back and the one turn sweeper finds the lost turn minutes later
     mocker.stopall()
+    Turn.objects.filter(pk=turn.pk).update(queued_at=timezone.now() - timedelta(minutes=5))
     with django_capture_on_commit_callbacks(execute=True):
-        swept = feishu_turns_sweep(now=timezone.now() + timedelta(minutes=5))
-    # then: one primary call whose last message is the contract, one reply
-    assert swept == [turn.pk]
+        swept = turns_sweep()
+    # then: one primary call whose last message is the contract (rebuilt from the judgement), one reply
+    assert swept == 1
     (primary,) = llm_stub.requests_for("openai_chat")
     assert primary.json["messages"][-1] == {"role": "user", "content": activation_contract(reason="carol asks")}
     turn.refresh_from_db()
@@ -79,14 +80,14 @@ def test_a_discuss_turn_requeued_by_the_sweeper_keeps_its_activation_contract_P9
 
 def test_a_swept_ungated_discuss_turn_runs_without_a_contract_P9(make_discuss_bot, mocker):  # noqa: F811
     """P9: only a judge's `send` brings a contract; an ungated discuss turn is re-queued without one."""
-    from amuxweb.feishu.services.turns import discuss_contracts_get
+    from amuxweb.feishu.services.turns import discuss_contract_get
     from tests.agents.factories import ThreadFactory
 
     bot = make_discuss_bot(mode=Bot.ProbeMode.OFF)
     turn = Turn.objects.create(
         bot=bot, thread=ThreadFactory(bot=bot, channel="feishu"), trigger="discuss", source_message_id="om_1"
     )
-    assert discuss_contracts_get(turn_pks=[turn.pk]) == {}
+    assert discuss_contract_get(turn=turn) == ""
 
 
 def test_a_broker_outage_when_a_wake_opens_is_logged_and_the_sweeper_fires_it_P10(
@@ -99,7 +100,7 @@ def test_a_broker_outage_when_a_wake_opens_is_logged_and_the_sweeper_fires_it_P1
     )
     celery_app.conf.task_always_eager = False  # a broker is configured (the autouse fixture restores eager)
     mocker.patch.object(discuss.discuss_wake_fire_task, "apply_async", side_effect=OperationalError("redis down"))
-    caplog.set_level(logging.WARNING, logger="amuxweb.feishu.services.intake")
+    caplog.set_level(logging.WARNING, logger="amuxweb.tasks_enqueue")
     # when
     with django_capture_on_commit_callbacks(execute=True):
         wake = discuss.discuss_wake_schedule(bot=discuss_bot, chat_id="oc_team", root_msg_id="om_1", message_id="om_1")

@@ -141,8 +141,9 @@ def test_f2_unreadable_payload_is_ignored_not_retried(make_feishu_bot):
     assert (event.status, event.error) == (InboundEvent.Status.IGNORED, "unreadable")
 
 
-def test_f2_feishu_turn_never_enqueued_is_swept(make_feishu_bot, mocker):
-    from amuxweb.feishu.tasks import feishu_turn_process
+def test_f2_l2_a_feishu_turn_never_enqueued_is_swept_by_the_one_turn_sweeper(make_feishu_bot, mocker):
+    from agents.services.turns import turns_sweep
+    from agents.tasks import turn_run_task
     from tests.agents.factories import ThreadFactory
 
     # given: a queued Feishu turn whose enqueue was lost, and one waiting for a provider retry
@@ -151,20 +152,19 @@ def test_f2_feishu_turn_never_enqueued_is_swept(make_feishu_bot, mocker):
     lost = Turn.objects.create(bot=bot, thread=thread, trigger="mention", source_message_id="om_lost")
     waiting = Turn.objects.create(bot=bot, thread=thread, trigger="mention", source_message_id="om_wait", attempts=1)
     Turn.objects.update(queued_at=timezone.now() - timedelta(minutes=5))
-    enqueue = mocker.patch.object(feishu_turn_process, "apply_async")
+    enqueue = mocker.patch.object(turn_run_task, "apply_async")
     # when
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        inbound_events_sweep()
-    # then: only the lost one (the waiting one's own Celery retry is pending)
-    enqueue.assert_called_once_with(args=[lost.pk, ""], retry=False)
+    swept = turns_sweep()
+    # then: only the lost one (the waiting one's own Celery retry is pending); its id is all the broker carries
+    assert swept == 1
+    enqueue.assert_called_once_with(args=[lost.pk], retry=False)
     assert Turn.objects.get(pk=waiting.pk).status == "queued"
 
 
 def test_f2_t2_a_feishu_turn_the_broker_took_is_swept_only_after_the_redelivery_interval(make_feishu_bot, mocker):
     """A busy broker may hold a turn's task for a while: a second copy then would pay the model twice."""
-    from agents.services.turns import broker_redelivery_seconds
-    from amuxweb.feishu.services.turns import feishu_turn_enqueue, feishu_turns_sweep
-    from amuxweb.feishu.tasks import feishu_turn_process
+    from agents.services.turns import broker_redelivery_seconds, turn_enqueue, turns_sweep
+    from agents.tasks import turn_run_task
     from tests.agents.factories import ThreadFactory
 
     # given: a queued Feishu turn whose enqueue the broker took (stamped)
@@ -172,20 +172,20 @@ def test_f2_t2_a_feishu_turn_the_broker_took_is_swept_only_after_the_redelivery_
     turn = Turn.objects.create(
         bot=bot, thread=ThreadFactory(bot=bot, channel="feishu"), trigger="mention", source_message_id="om_held"
     )
-    enqueue = mocker.patch.object(feishu_turn_process, "apply_async")
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        feishu_turn_enqueue(turn=turn)
-    stamped = Turn.objects.get(pk=turn.pk).enqueued_at
-    assert stamped is not None and enqueue.call_count == 1
+    enqueue = mocker.patch.object(turn_run_task, "apply_async")
+    turn_enqueue(turn_id=turn.pk)
+    assert Turn.objects.get(pk=turn.pk).enqueued_at is not None and enqueue.call_count == 1
     # when: swept five minutes later, then past the broker's redelivery interval
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        early = feishu_turns_sweep(now=stamped + timedelta(minutes=5))
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        late = feishu_turns_sweep(now=stamped + timedelta(seconds=broker_redelivery_seconds() + 1))
+    five_minutes_ago = timezone.now() - timedelta(minutes=5)
+    Turn.objects.filter(pk=turn.pk).update(queued_at=five_minutes_ago, enqueued_at=five_minutes_ago)
+    early = turns_sweep()
+    stale = timezone.now() - timedelta(seconds=broker_redelivery_seconds() + 1)
+    Turn.objects.filter(pk=turn.pk).update(queued_at=stale, enqueued_at=stale)
+    late = turns_sweep()
     # then: left alone while the broker could still hold it, re-enqueued (and re-stamped) after
-    assert (early, late) == ([], [turn.pk])
+    assert (early, late) == (0, 1)
     assert enqueue.call_count == 2
-    assert Turn.objects.get(pk=turn.pk).enqueued_at > stamped
+    assert Turn.objects.get(pk=turn.pk).enqueued_at > stale
 
 
 def test_f1_database_outage_answers_503_so_feishu_retries(feishu, make_feishu_bot, mocker):

@@ -45,9 +45,9 @@ def test_f6_help_notice_and_bot_info_lookup_run_outside_transactions(feishu, mak
     bot = make_feishu_bot()
     # when
     response, _ = feishu.say(bot, text="/help", mention=[bot])
-    # then: bot/v3/info once, the help reply once, neither inside a transaction
+    # then: bot/v3/info once, chat.get once (G1), the help reply once, none inside a transaction
     assert response.status_code == 200
-    assert feishu_calls == [("bot.info", False), ("message.reply", False)]
+    assert feishu_calls == [("bot.info", False), ("chat.get", False), ("message.reply", False)]
     assert _sent_texts(feishu.stub) == [HELP_TEXT]
     assert InboundEvent.objects.get().status == InboundEvent.Status.DONE
 

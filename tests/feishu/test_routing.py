@@ -327,7 +327,7 @@ def test_c8_topic_root_not_marked_delivered_when_the_delivery_fails(feishu, make
     assert SessionBinding.objects.get().topic_root_prompt_delivered is False
     assert feishu.stub.sent == []
     turn = Turn.objects.get()
-    assert (turn.status, turn.error) == ("failed", "Delivery failed: 230002 Bot is not in the chat")
+    assert (turn.status, turn.error) == ("delivery_failed", "Delivery refused: 230002 Bot is not in the chat")
 
 
 def test_f5_bot_without_feishu_credentials_records_its_reply(feishu, make_feishu_bot):

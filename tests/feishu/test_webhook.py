@@ -4,13 +4,17 @@ Every refusal is a 4xx (never a 500, which would invite Feishu's retries) and st
 """
 
 import json
+import logging
+import secrets
 import time
 
 import pytest
 
 from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.signing import event_encrypt, event_request_build
+from amuxweb.feishu.signing import event_encrypt, event_request_build, mention_entry, message_event_payload
+from amuxweb.parsers import MAX_JSON_DEPTH
 from tests.feishu.conftest import fixture_payload
+from tests.security.feishu_requests import ascii_json, nested_array, nested_object, post_signed
 
 pytestmark = pytest.mark.django_db
 
@@ -74,7 +78,10 @@ def test_f1_bad_signature_is_refused_and_nothing_stored(feishu, make_feishu_bot)
 
     # lark-oapi decrypts before it checks the signature: the wrong key already fails the decryption
     assert response.status_code == 400
-    assert response.json() == {"message": "Event could not be read.", "extra": {"reason": "invalid PKCS7 padding"}}
+    assert response.json() == {
+        "message": "Event could not be read.",
+        "extra": {"reason": "The body could not be decrypted with this bot's encrypt key."},
+    }
     assert InboundEvent.objects.count() == 0
 
 
@@ -96,7 +103,7 @@ def test_f1_tampered_body_fails_the_signature(client, make_feishu_bot):
     )
 
     assert response.status_code == 401
-    assert response.json()["extra"]["reason"] == "signature verification failed"
+    assert response.json()["extra"]["reason"] == "The signature does not match the body."
     assert InboundEvent.objects.count() == 0
 
 
@@ -108,7 +115,7 @@ def test_f1_wrong_verification_token_is_refused(feishu, make_feishu_bot):
     response = feishu.post(bot, payload)
 
     assert response.status_code == 401
-    assert response.json()["extra"]["reason"] == "invalid verification_token"
+    assert response.json()["extra"]["reason"] == "The verification token does not match this bot's."
     assert InboundEvent.objects.count() == 0
 
 
@@ -153,13 +160,17 @@ def test_f1_undecryptable_body_is_a_4xx(client, make_feishu_bot):
     )
 
     assert response.status_code == 400
-    assert response.json() == {"message": "Event could not be read.", "extra": {"reason": "invalid ciphertext length"}}
+    assert response.json() == {
+        "message": "Event could not be read.",
+        "extra": {"reason": "The body could not be decrypted with this bot's encrypt key."},
+    }
     assert InboundEvent.objects.count() == 0
 
 
 def test_f1_unknown_event_type_is_acknowledged_and_ignored(feishu, make_feishu_bot):
     bot = make_feishu_bot()
     payload = fixture_payload("bot_added_to_chat", bot=bot)
+    payload["header"]["event_type"] = "im.message.reaction.created_v1"  # a type the bridge does not handle
 
     response = feishu.post(bot, payload)
 
@@ -357,3 +368,194 @@ def test_f1_the_wsgi_app_loads_the_webhook_before_its_first_request():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
 
     assert out.stdout.split() == ["True", "True"]
+
+
+# --- issue 10: hostile bodies (depth, NUL and surrogates, oversized ids) and worded refusals ----------------
+
+
+def _errors(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+def _event_text(bot, **fields) -> str:
+    """A signed-ready receive event as ASCII JSON; `fields` override message/sender/header parts by dotted name."""
+    payload = message_event_payload(
+        verification_token=bot.feishu_verification_token,
+        app_id=bot.feishu_app_id,
+        message_id="om_" + secrets.token_hex(8),
+        chat_id="oc_group",
+        text="hello",
+        sender_open_id="ou_alice",
+        mentions=[mention_entry(index=1, open_id="ou_carol", name="Carol")],
+    )
+    for dotted, value in fields.items():
+        target = payload
+        *parents, last = dotted.split(".")
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        target[last] = value
+    return ascii_json(payload)
+
+
+@pytest.mark.parametrize("body", [nested_array(1000), nested_object(1000)], ids=["arrays", "objects"])
+def test_i10_1_a_depth_bomb_is_a_400_stores_nothing_and_logs_no_error(client, make_feishu_bot, caplog, body):
+    # given
+    bot = make_feishu_bot()
+    # when
+    response = post_signed(client, bot, plaintext=body, encrypt=False)
+    # then
+    assert response.status_code == 400
+    assert response.json() == {"message": f"Body is nested deeper than {MAX_JSON_DEPTH} levels.", "extra": {}}
+    assert InboundEvent.objects.count() == 0
+    assert _errors(caplog) == []
+
+
+def test_i10_1_a_depth_bomb_inside_encrypt_is_a_400_stores_nothing_and_logs_no_error(client, make_feishu_bot, caplog):
+    # given: a validly encrypted and signed body whose plaintext nests 1,000 deep
+    bot = make_feishu_bot()
+    plaintext = '{"schema": "2.0", "header": {"event_type": "im.message.receive_v1"}, "event": ' + nested_object(1000)
+    plaintext += "}"
+    # when
+    response = post_signed(client, bot, plaintext=plaintext)
+    # then
+    assert response.status_code == 400
+    assert response.json() == {"message": f"Body is nested deeper than {MAX_JSON_DEPTH} levels.", "extra": {}}
+    assert InboundEvent.objects.count() == 0
+    assert _errors(caplog) == []
+
+
+def test_i10_1_an_event_nested_50_deep_is_still_stored(feishu, make_feishu_bot):
+    # given: a real event carrying an extra field nested 50 deep (52 levels in all, under the bound of 64)
+    bot = make_feishu_bot()
+    text = _event_text(bot)
+    text = text[:-1] + ', "extra": ' + nested_array(50) + "}"
+    # when
+    response = post_signed(feishu.client, bot, plaintext=text)
+    # then
+    assert response.status_code == 200
+    assert response.json() == {"msg": "success"}
+    assert InboundEvent.objects.count() == 1
+
+
+def test_i10_1_message_content_nested_too_deep_is_acknowledged_and_ignored(feishu, make_feishu_bot, caplog):
+    # given: the message's content (a JSON string the worker decodes) nests 1,000 deep
+    bot = make_feishu_bot()
+    # when
+    response = post_signed(
+        feishu.client, bot, plaintext=_event_text(bot, **{"event.message.content": nested_array(1000)})
+    )
+    # then: authenticated, so Feishu's 200-and-ignore; nothing stored, one warning, no error
+    assert response.status_code == 200
+    assert response.json() == {"msg": "ignored"}
+    assert InboundEvent.objects.count() == 0
+    ignored = [r for r in caplog.records if r.getMessage() == "feishu event ignored"]
+    assert [r.reason for r in ignored] == [f"event.message.content is nested deeper than {MAX_JSON_DEPTH} levels."]
+    assert _errors(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "stored_path", "stored"),
+    [
+        ("event.message.chat_id", "oc_\x00", ("event", "message", "chat_id"), "oc_\ufffd"),
+        ("event.sender.sender_id.open_id", "\ud800", ("event", "sender", "sender_id", "open_id"), "\ufffd"),
+        ("event.message.mentions.0.name", "\ud800", ("event", "message", "mentions", 0, "name"), "\ufffd"),
+        ("event.message.message_id", "om_\ud800x", ("event", "message", "message_id"), "om_\ufffdx"),
+        ("header.event_id", "ev_\ud800", ("header", "event_id"), "ev_\ufffd"),
+    ],
+    ids=["nul-chat-id", "surrogate-sender", "surrogate-mention-name", "surrogate-message-id", "surrogate-event-id"],
+)
+def test_i10_2_nul_and_surrogates_are_made_storable_once_and_the_event_is_processed(
+    feishu, make_feishu_bot, caplog, field, value, stored_path, stored
+):
+    # given
+    bot = make_feishu_bot()
+    # when
+    response = post_signed(feishu.client, bot, plaintext=_event_text(bot, **{field: value}))
+    # then: stored once with U+FFFD in place of the unstorable character, and processed without an error
+    assert response.status_code == 200
+    assert response.json() == {"msg": "success"}
+    event = InboundEvent.objects.get()
+    found = event.payload
+    for key in stored_path:
+        found = found[key]
+    assert found == stored
+    assert (event.message_id == stored) == (field == "event.message.message_id")
+    assert (event.event_id == stored) == (field == "header.event_id")
+    assert event.status == InboundEvent.Status.DONE
+    assert _errors(caplog) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "limit"),
+    [
+        ("header.event_id", 64),
+        ("event.message.message_id", 64),
+        ("event.message.chat_id", 64),
+        ("event.message.root_id", 64),
+        ("event.sender.sender_id.open_id", 64),
+        ("event.message.mentions.0.id.open_id", 64),
+        ("event.message.mentions.0.name", 200),
+    ],
+)
+def test_i10_2_an_id_longer_than_its_column_is_acknowledged_ignored_and_logged_once(
+    feishu, make_feishu_bot, caplog, field, limit
+):
+    # given
+    bot = make_feishu_bot()
+    # when
+    response = post_signed(feishu.client, bot, plaintext=_event_text(bot, **{field: "x" * (limit + 1)}))
+    # then
+    assert response.status_code == 200
+    assert response.json() == {"msg": "ignored"}
+    assert InboundEvent.objects.count() == 0
+    ignored = [r for r in caplog.records if r.getMessage() == "feishu event ignored"]
+    assert len(ignored) == 1
+    assert ignored[0].reason == f"{field.replace('.0.', '[].')} is longer than {limit} characters."
+    assert _errors(caplog) == []
+
+
+def test_i10_2_ids_exactly_as_long_as_their_columns_are_stored(feishu, make_feishu_bot):
+    # given
+    bot = make_feishu_bot()
+    text = _event_text(bot, **{"event.message.message_id": "m" * 64, "header.event_id": "e" * 64})
+    # when
+    response = post_signed(feishu.client, bot, plaintext=text)
+    # then
+    assert response.status_code == 200
+    assert InboundEvent.objects.get().message_id == "m" * 64
+
+
+@pytest.mark.parametrize("missing", ["HTTP_X_LARK_SIGNATURE", "HTTP_X_LARK_REQUEST_NONCE"])
+def test_i10_6_a_missing_signature_header_is_a_worded_401_not_an_exceptions_text(client, make_feishu_bot, missing):
+    # given
+    bot = make_feishu_bot()
+    header = {"HTTP_X_LARK_SIGNATURE": "X-Lark-Signature", "HTTP_X_LARK_REQUEST_NONCE": "X-Lark-Request-Nonce"}
+    # when
+    response = post_signed(client, bot, plaintext=_event_text(bot), drop_headers=(missing,))
+    # then
+    assert response.status_code == 401
+    assert response.json() == {
+        "message": "Verification failed.",
+        "extra": {"reason": f"The request has no {header[missing]} header; Feishu signs every event."},
+    }
+    assert "NoneType" not in response.content.decode()
+    assert InboundEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "plaintext",
+    ['{"schema": "2.0", "header": []}', '{"schema": "2.0", "header": "x"}', '{"uuid": "u", "event": []}'],
+)
+def test_i10_6_a_body_lark_oapi_cannot_read_is_a_worded_400(client, make_feishu_bot, plaintext):
+    # given: signed and encrypted, but not shaped like an event (lark-oapi raises AttributeError on it)
+    bot = make_feishu_bot()
+    # when
+    response = post_signed(client, bot, plaintext=plaintext)
+    # then
+    assert response.status_code == 400
+    assert response.json() == {
+        "message": "Event could not be read.",
+        "extra": {"reason": "The body is not a Feishu event."},
+    }
+    assert "object has no attribute" not in response.content.decode()
+    assert InboundEvent.objects.count() == 0

@@ -231,3 +231,40 @@ def test_wake_explain_shows_gate_and_no_turn_for_a_declined_wake_P11(rf, admin_u
 def test_explain_of_an_unknown_wake_is_a_clear_error():
     with pytest.raises(ExplainNotFound):
         wake_explain_data(wake_id=999)
+
+
+def test_g2_a_misconfigured_bot_is_listed_with_its_cause_never_silently_muted(admin_client):
+    # given: a discuss bot whose model's provider is disabled and which has no Feishu app, and a healthy bot
+    broken = BotFactory(name="Broken", group_reply_mode=Bot.GroupReplyMode.DISCUSS, discuss_probe_mode="off")
+    Provider.objects.filter(pk=broken.primary_model.provider_id).update(is_enabled=False)
+    BotFactory(name="Healthy")
+    # when
+    response = admin_client.get(reverse("admin:probe_probejudgement_failing"))
+    # then
+    assert response.status_code == 200
+    rows = [(entry["row"].bot_name, entry["row"].cause) for entry in response.context["misconfigured"]]
+    assert rows == [
+        ("Broken", f"the provider of its model {broken.primary_model} is disabled"),
+        ("Broken", "it is in discuss mode but has no Feishu app: it hears no group"),
+    ]
+    assert "it hears no group" in response.content.decode()
+
+
+def test_g5_saving_a_workspace_in_the_admin_drops_its_cached_policy(admin_client):
+    from threadcontext.models import Workspace
+    from threadcontext.selectors import workspace_cached_get
+
+    # given: a cached workspace
+    workspace = Workspace.objects.create(bot_profile="planner", chat_id="oc_1")
+    assert workspace_cached_get(bot_profile="planner", chat_id="oc_1").reply_mode == ""
+    # when: the operator sets the reply mode to off
+    data = {
+        "bot_profile": "planner", "chat_id": "oc_1", "name": "", "mode": "shared", "owner_open_id": "",
+        "thread_context_limit": 20, "reply_mode": "off", "allowed_open_ids": '["ou_lead"]',
+        "session_scope": "topic", "topic_root_enabled": "unknown", "shared_thread_enabled": "unknown",
+    }  # fmt: skip
+    response = admin_client.post(reverse("admin:threadcontext_workspace_change", args=[workspace.pk]), data)
+    # then
+    assert response.status_code == 302
+    cached = workspace_cached_get(bot_profile="planner", chat_id="oc_1")
+    assert (cached.reply_mode, cached.allowed_open_ids) == ("off", ["ou_lead"])

@@ -41,6 +41,8 @@ def record_item(*, bot: Bot, message_id: str, text: str) -> None:
         event_type="human_message",
         bridge_id=bot.bridge_id,
         bot_profile=bot.slug,
+        actor_type="user",
+        actor_id="ou_alice",
         text=text,
     )
     ThreadContextItem.objects.create(
@@ -513,9 +515,12 @@ def test_transcript_reads_this_bridges_copies_and_every_bots_outputs(judged_bot)
 
     # given
     def item(bridge_id: str, item_type: str, label: str, text: str) -> None:
+        profile, _, session = label.partition("/")
+        is_output = item_type == "agent_output"
         event = ThreadEvent.objects.create(
             chat_id=CHAT, root_msg_id=ROOT, message_id=f"om_{text}", event_type=item_type, bridge_id=bridge_id,
-            bot_profile="x", text=text,
+            bot_profile=profile if is_output else "x", session_name=session, actor_id="" if is_output else label,
+            text=text,
         )  # fmt: skip
         ThreadContextItem.objects.create(
             event=event, chat_id=CHAT, root_msg_id=ROOT, bridge_id=bridge_id, item_type=item_type,

@@ -237,6 +237,24 @@ def test_send_activates_and_records_the_judgement_P7_P8(make_judge, make_discuss
     assert sent["max_tokens"] == 2048
 
 
+def test_l3_a_judge_reason_with_nul_and_an_unpaired_surrogate_is_stored_and_logged_P8(
+    make_judge, make_discuss_bot, llm_stub, caplog
+):
+    """Issue 9 item 10: such a reason crashed the judgement's INSERT and left no P8 record."""
+    # given
+    bot = make_discuss_bot(mode=Bot.ProbeMode.MODEL, judge=make_judge())
+    llm_stub.enqueue("openai_chat", StubResponse(body=decide_body("send", "bob asked \ud800 twice\x00")))
+    # when
+    with caplog.at_level(logging.INFO, logger="probe.services"):
+        result = probe_gate_run(bot=bot, transcript=TRANSCRIPT, wake_id=5)
+    # then
+    assert (result.activated, result.reason) == (True, "bob asked \ufffd twice\ufffd")
+    assert ProbeJudgement.objects.get().reason == "bob asked \ufffd twice\ufffd"
+    assert [record.reason for record in caplog.records if record.getMessage() == "discuss probe"] == [
+        "bob asked \ufffd twice\ufffd"
+    ]
+
+
 def test_no_action_keeps_the_bot_silent_P7(make_judge, make_discuss_bot, llm_stub):
     bot = make_discuss_bot(mode=Bot.ProbeMode.MODEL, judge=make_judge())
     llm_stub.enqueue("openai_chat", StubResponse(body=decide_body("no_action", "chatter between others")))

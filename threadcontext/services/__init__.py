@@ -31,6 +31,7 @@ from threadcontext.services.collection import (
 )
 from threadcontext.services.decisions import context_decision_record
 from threadcontext.services.prompting import PreparedPrompt, context_prompt_prepare
+from threadcontext.services.recall import RecallResult, thread_context_recall
 from threadcontext.services.retention import (
     PruneResult,
     thread_context_prune,
@@ -42,6 +43,13 @@ from threadcontext.services.sessions import (
     session_binding_mark_topic_root_delivered,
     session_binding_retire,
     session_scope_key,
+)
+from threadcontext.services.workspaces import (
+    workspace_chat_mode_is_due,
+    workspace_chat_mode_store,
+    workspace_ensure,
+    workspace_joined,
+    workspace_retire,
 )
 
 __all__ = [
@@ -64,6 +72,7 @@ __all__ = [
     "Mention",
     "PreparedPrompt",
     "PruneResult",
+    "RecallResult",
     "RecordOutcome",
     "SessionBindingResult",
     "agent_output_truncate",
@@ -76,8 +85,14 @@ __all__ = [
     "session_binding_retire",
     "session_scope_key",
     "thread_context_prune",
+    "thread_context_recall",
     "thread_context_prune_if_due",
     "thread_event_record_agent_output",
     "thread_event_record_inbound",
     "thread_event_record_topic_root",
+    "workspace_chat_mode_is_due",
+    "workspace_chat_mode_store",
+    "workspace_ensure",
+    "workspace_joined",
+    "workspace_retire",
 ]

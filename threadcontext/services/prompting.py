@@ -3,12 +3,13 @@
 The contract: call `context_prompt_prepare` after `thread_event_record_inbound` said `triggers_selector`, submit
 `prepared.prompt` when `prepared.is_submittable`, and after a successful submit call
 `session_binding_mark_topic_root_delivered` when `prepared.topic_root_injected`. The Feishu bridge's group turn
-(`amuxweb.feishu.services.turns.feishu_turn_execute`) calls it, after fetching a root that is due but not stored
-locally; the seed's acceptance test drives the same function.
+(`amuxweb.feishu.services.turns.FeishuChannel.prepare`) calls it with a `topic_root_fetch` that reads a root due
+but not stored locally; the seed's acceptance test drives the same function.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from threadcontext.models import ThreadContextDecision, Workspace
@@ -47,6 +48,7 @@ def context_prompt_prepare(
     quoted_text: str | None = None,
     quoted_message_id: str = "",
     target_id: str = "",
+    topic_root_fetch: Callable[[], str | None] | None = None,
 ) -> PreparedPrompt:
     """Build this turn's prompt from the stored thread context and record the decision with its preview.
 
@@ -57,6 +59,9 @@ def context_prompt_prepare(
         must not reach here: the caller answers the user and submits nothing.
     quoted_message_id: the replied-to message's id (the reply's parent_id). When it is the topic root, the quote
         already carries the root: it is neither read nor injected a second time, and it counts as delivered (C8).
+    topic_root_fetch: called only when the root is due, not the request, not quoted and not stored locally (the
+        bridge reads it online and records it); None when the read failed: the prompt goes without the root and
+        `topic_root_injected` stays False, so the root is due again next time (C8).
     """
     effective = workspace_settings_resolve(workspace=workspace)
     root_due = not is_slash_command and topic_root_is_due(
@@ -71,6 +76,8 @@ def context_prompt_prepare(
         root_text = topic_root_text or topic_root_text_get(
             bridge_id=bridge_id, chat_id=chat_id, root_msg_id=root_msg_id
         )
+        if not root_text and topic_root_fetch is not None:
+            root_text = topic_root_fetch()
     package = context_package_build(
         workspace=workspace,
         bridge_id=bridge_id,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from threadcontext.models import SessionBinding, Workspace
+from threadcontext.models import MAIN_TIMELINE_KEY, SessionBinding, Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,9 @@ def session_binding_get_or_create(
     live = _live_binding(bot_profile=bot_profile, chat_id=chat_id, scope_key=scope_key)
     if live is not None:
         return SessionBindingResult(binding=live)
-    if scope_key != SessionBinding.GROUP_SCOPE_KEY:
+    # A topic ends for good with /new; the group and an ordinary group's main timeline go on (the next trigger
+    # starts a fresh session there).
+    if scope_key not in (SessionBinding.GROUP_SCOPE_KEY, MAIN_TIMELINE_KEY):
         retired = (
             SessionBinding.objects.filter(bot_profile=bot_profile, chat_id=chat_id, scope_key=scope_key)
             .order_by("-id")
@@ -73,7 +75,8 @@ def session_binding_get_or_create(
                 chat_id=chat_id,
                 scope_key=scope_key,
                 agent_thread_id=create_agent_thread(),
-                topic_root_prompt_delivered=False,
+                # The main timeline has no topic root to inject (G1); a topic's session starts without its root (C8).
+                topic_root_prompt_delivered=scope_key == MAIN_TIMELINE_KEY,
             )
     except IntegrityError:
         winner = SessionBinding.objects.get(

@@ -3,7 +3,7 @@
 - intake: `inbound_event_store`, `inbound_events_sweep` (F2)
 - routing: `inbound_event_process`, `inbound_message_route`
 - turns: `feishu_turn_start(*, bot, message, trigger, activation_contract="") -> Turn | None` (d's discuss wake
-  calls it), `feishu_turn_execute`
+  calls it); the Feishu channel of agents' one turn pipeline (`FeishuChannel`, registered in apps.ready())
 - delivery: `deliveries_prepare`, `delivery_send`, `feishu_notice_send` (F3, F5)
 """
 

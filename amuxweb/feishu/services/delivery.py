@@ -123,13 +123,22 @@ def deliveries_send(*, deliveries: list[OutboundDelivery]) -> list[OutboundDeliv
 
 
 def feishu_notice_send(
-    *, bot: Bot, chat_id: str, reply_to_message_id: str, reply_in_thread: bool, text: str, purpose: str
+    *,
+    bot: Bot,
+    chat_id: str,
+    reply_to_message_id: str,
+    reply_in_thread: bool,
+    text: str,
+    purpose: str,
+    source_key: str = "",
 ) -> list[OutboundDelivery]:
     """A short bridge notice (help, "start a new topic", quoted read failed): no turn, same uuid discipline.
 
     The rows are written in the caller's transaction; the HTTP call runs only after it commits (at once when
     there is none), so no Feishu call ever holds a transaction open, and a rolled-back caller sends nothing.
     A send Feishu refuses stays on its row (failed) and `notices_sweep` retries it under the same uuid.
+    `source_key` names what the notice is about when it replies to no message (an automation run): one notice per
+    (source, purpose), never one per chat.
     """
     rows = deliveries_prepare(
         bot=bot,
@@ -138,7 +147,7 @@ def feishu_notice_send(
         reply_to_message_id=reply_to_message_id,
         reply_in_thread=reply_in_thread,
         text=text,
-        source_message_id=reply_to_message_id or chat_id,
+        source_message_id=source_key or reply_to_message_id or chat_id,
         purpose=purpose,
     )
     transaction.on_commit(lambda: notices_deliver(deliveries=rows))

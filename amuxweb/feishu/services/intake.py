@@ -11,6 +11,9 @@ from django.utils import timezone
 
 from agents.models import Bot
 from amuxweb.feishu.models import InboundEvent
+from amuxweb.tasks_enqueue import task_enqueue
+
+__all__ = ["task_enqueue"]  # the one enqueue helper (amuxweb.tasks_enqueue); discuss imports it from here
 
 logger = logging.getLogger(__name__)
 
@@ -52,41 +55,37 @@ def inbound_event_store(
     return event, True
 
 
-def task_enqueue(*, task, args: list, what: str, eta=None) -> bool:
-    """Queue a task; a broker outage is logged, not raised: the row it works on is stored and a sweeper retries."""
-    from kombu.exceptions import OperationalError as KombuOperationalError
-    from redis.exceptions import RedisError
-
-    try:
-        # retry=False: with Redis down, fail at once instead of holding a webhook's answer.
-        if eta is None:
-            task.apply_async(args=args, retry=False)
-        else:
-            task.apply_async(args=args, eta=eta, retry=False)
-    except (KombuOperationalError, RedisError, OSError) as error:
-        logger.warning(
-            "task not enqueued (broker unavailable); the sweeper will pick it up",
-            # ids only: a turn's activation contract quotes the conversation, which logs do not carry
-            extra={
-                "what": what,
-                "task_args": [arg for arg in args if isinstance(arg, int)],
-                "error": type(error).__name__,
-            },
-        )
-        return False
-    return True
-
-
 def inbound_event_enqueue(*, event_pk: int) -> bool:
     from amuxweb.feishu.tasks import inbound_event_process
 
     return task_enqueue(task=inbound_event_process, args=[event_pk], what="inbound_event")
 
 
-def inbound_event_claim(*, event_pk: int) -> InboundEvent | None:
-    """Atomically move pending -> processing; None when another worker has it or it is already finished."""
-    claimed = InboundEvent.objects.filter(pk=event_pk, status=InboundEvent.Status.PENDING).update(
-        status=InboundEvent.Status.PROCESSING, attempts=F("attempts") + 1, claimed_at=timezone.now()
+def claim_takeover_seconds() -> int:
+    """How old a `processing` claim must be before another delivery of its task may take it over.
+
+    The broker's visibility timeout: with acks_late, Redis hands a killed worker's task to another worker after
+    that long, and the redelivered task must not find the row still `processing` and give up (it would then wait
+    for the sweeper). A live worker never holds a claim that long: the visibility timeout
+    must exceed the task time limit anyway, or Redis would redeliver running tasks.
+    """
+    transport = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None) or {}
+    return min(int(transport.get("visibility_timeout", STALE_CLAIM_SECONDS)), STALE_CLAIM_SECONDS)
+
+
+def inbound_event_claim(*, event_pk: int, now=None) -> InboundEvent | None:
+    """Atomically move pending -> processing; None when another worker has it or it is already finished.
+
+    A `processing` row claimed longer ago than `claim_takeover_seconds()` belongs to a worker that died: this
+    delivery (the broker's redelivery of the same task) takes it over in the same conditional UPDATE.
+    """
+    now = now or timezone.now()
+    abandoned_before = now - timedelta(seconds=claim_takeover_seconds())
+    claimable = Q(status=InboundEvent.Status.PENDING) | Q(
+        status=InboundEvent.Status.PROCESSING, claimed_at__lt=abandoned_before
+    )
+    claimed = InboundEvent.objects.filter(claimable, pk=event_pk).update(
+        status=InboundEvent.Status.PROCESSING, attempts=F("attempts") + 1, claimed_at=now
     )
     if not claimed:
         return None
@@ -109,7 +108,7 @@ def inbound_events_sweep(*, now=None) -> list[int]:
     """Re-enqueue events acknowledged to Feishu but never processed (broker down, worker killed)."""
     now = now or timezone.now()
     pending_before = now - timedelta(seconds=settings.FEISHU_SWEEP_PENDING_AFTER_SECONDS)
-    stale_before = now - timedelta(seconds=STALE_CLAIM_SECONDS)
+    stale_before = now - timedelta(seconds=claim_takeover_seconds())
     InboundEvent.objects.filter(status=InboundEvent.Status.PROCESSING, claimed_at__lt=stale_before).update(
         status=InboundEvent.Status.PENDING
     )

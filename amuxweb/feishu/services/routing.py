@@ -1,5 +1,6 @@
 """Processing of one stored inbound event: parse, classify, record thread context, route (ARCHITECTURE §5 step 2)."""
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from amuxweb.feishu.messages import (
     message_is_own_echo,
 )
 from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.parsing import ParsedMessage, message_parse, slash_command
+from amuxweb.feishu.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
 from amuxweb.feishu.services.delivery import feishu_notice_send, message_is_bot_output
 from amuxweb.feishu.services.intake import inbound_event_claim, inbound_event_finish, inbound_event_release_for_retry
 
@@ -32,6 +33,19 @@ IGNORED_OWN_ECHO = "own_echo"
 IGNORED_EMPTY = "empty"
 IGNORED_NOT_OWNER = "not_owner"
 IGNORED_OTHER_APP = "other_app"
+IGNORED_NOT_ALLOWED = "not_allowed"  # G5: the group's list of people who may trigger the bot leaves this sender out
+ROUTE_REPLY_OFF = "reply_off"  # G5: the group's reply mode is off: recorded, never answered
+ROUTE_WORKSPACE_JOINED = "workspace_joined"
+ROUTE_WORKSPACE_RETIRED = "workspace_retired"
+ROUTE_RECALLED = "recalled"
+IGNORED_UNKNOWN_EVENT = "unknown_event"
+
+# The event types routing handles (the webhook stores exactly these, amuxweb.feishu.webhook.HANDLED_EVENT_TYPES).
+EVENT_MESSAGE = "im.message.receive_v1"
+EVENT_RECALLED = "im.message.recalled_v1"
+EVENT_BOT_ADDED = "im.chat.member.bot.added_v1"
+EVENT_BOT_DELETED = "im.chat.member.bot.deleted_v1"
+AT_ALL_KEY = "@_all"
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,8 @@ class RouteResult:
             IGNORED_EMPTY,
             IGNORED_NOT_OWNER,
             IGNORED_OTHER_APP,
+            IGNORED_NOT_ALLOWED,
+            IGNORED_UNKNOWN_EVENT,
         )
 
 
@@ -117,37 +133,164 @@ def inbound_message_route(*, bot: Bot, payload: dict, bot_open_id: str | None = 
         turn = feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DM)
         return RouteResult(ROUTE_TURN, turn)
 
-    from threadcontext.selectors import workspace_get
-    from threadcontext.services import thread_event_record_inbound
+    from threadcontext.services import thread_event_record_inbound, workspace_ensure
 
     is_reply_to_bot = message_is_bot_output(bot=bot, feishu_message_id=parsed.parent_id)
     message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot_open_id, is_reply_to_bot=is_reply_to_bot)
+    # G2: every group the bot hears from has a workspace (the hub's defaults), so the collector records and the
+    # discuss wake has a transcript; the cached row (G5) serves every later message without a query.
+    workspace = _workspace_for(bot=bot, chat_id=parsed.chat_id)
+    if workspace is None:
+        workspace, _ = workspace_ensure(bot_profile=bot.slug, chat_id=parsed.chat_id)
+    policy = group_policy(bot=bot, workspace=workspace, parsed=parsed)
+    if policy.at_all_addresses and not message.is_this_bot_addressed:
+        # respond_to_at_all: an @all is an @ of this bot (recorded as its request, answered as a mention).
+        message = dataclasses.replace(message, is_this_bot_addressed=True)
     addressed = message.is_this_bot_addressed
     if command and addressed:
         return _command_handle(bot=bot, parsed=parsed, command=command)
 
-    workspace = workspace_get(bot_profile=bot.slug, chat_id=parsed.chat_id)
     recorded = thread_event_record_inbound(message=message, workspace=workspace, secrets=bot_secrets(bot))
     if parsed.sender_type != "user":
         # Another app's message: recorded per the collector rules (a topic root keeps its actor_type), never a
         # trigger: bots answering bots is autonomous orchestration, which the seed leaves out.
         return RouteResult(IGNORED_OTHER_APP)
+    if policy.reply_mode == REPLY_OFF:
+        return RouteResult(ROUTE_REPLY_OFF)
+    if not policy.sender_is_allowed:
+        return RouteResult(IGNORED_NOT_ALLOWED if addressed else ROUTE_RECORDED)
     if addressed:
         if recorded.skipped_reason == "not_owner":
             return RouteResult(IGNORED_NOT_OWNER)  # owner_only: only the owner may trigger this bot (C2)
-        trigger = Turn.Trigger.MENTION if parsed.mentions_open_id(bot_open_id) else Turn.Trigger.REPLY
+        is_mention = parsed.mentions_open_id(bot_open_id) or policy.at_all_addresses
+        trigger = Turn.Trigger.MENTION if is_mention else Turn.Trigger.REPLY
         turn = feishu_turn_start(bot=bot, message=message, trigger=trigger)
+        if turn is not None:
+            # G4: the @ (or reply) answers this timeline now; a wake still debouncing here would answer twice.
+            from amuxweb.feishu.discuss import discuss_wakes_absorb
+
+            discuss_wakes_absorb(
+                bot=bot, workspace=workspace, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, turn=turn
+            )
         return RouteResult(ROUTE_TURN if turn is not None else ROUTE_RETIRED, turn)
-    if bot.group_reply_mode == Bot.GroupReplyMode.DISCUSS and not command:
-        try:
-            from amuxweb.feishu.discuss import discuss_wake_schedule
-        except ImportError:  # the probe's wake is not installed: the message is only recorded
-            return RouteResult(ROUTE_RECORDED)
+    if policy.reply_mode == Bot.GroupReplyMode.DISCUSS and not command and not policy.is_at_all:
+        if not policy.sender_may_wake:
+            # G3: owner_only admission holds for discuss too: a stranger's message opens or extends no wake.
+            return RouteResult(IGNORED_NOT_OWNER)
+        from amuxweb.feishu.discuss import discuss_wake_schedule
+
         discuss_wake_schedule(
             bot=bot, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, message_id=parsed.message_id
         )
         return RouteResult(ROUTE_DISCUSS_WAKE)
     return RouteResult(ROUTE_RECORDED)
+
+
+REPLY_OFF = "off"
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """G5: what this group's workspace lets this message do, on top of the bot's own settings."""
+
+    reply_mode: str  # mention | discuss | off
+    is_at_all: bool
+    at_all_addresses: bool
+    sender_is_allowed: bool
+    sender_may_wake: bool
+
+
+def group_policy(*, bot: Bot, workspace, parsed: ParsedMessage) -> GroupPolicy:
+    """Pure: the workspace's override of the reply mode, its @all rule and its list of people (empty: everyone).
+
+    owner_only keeps its meaning on top of the list: only the owner opens or extends a discuss wake (G3), and
+    the collector refuses a stranger's @ (C2).
+    """
+    reply_mode = (workspace.reply_mode if workspace is not None else "") or bot.group_reply_mode
+    is_at_all = any(mention.key == AT_ALL_KEY for mention in parsed.mentions) or AT_ALL_KEY in parsed.text
+    allowed = list(workspace.allowed_open_ids or []) if workspace is not None else []
+    sender_is_allowed = not allowed or parsed.sender_open_id in allowed
+    sender_may_wake = True
+    if workspace is not None and workspace.mode == "owner_only":
+        sender_may_wake = bool(workspace.owner_open_id) and parsed.sender_open_id == workspace.owner_open_id
+    return GroupPolicy(
+        reply_mode=reply_mode,
+        is_at_all=is_at_all,
+        at_all_addresses=is_at_all and workspace is not None and workspace.respond_to_at_all,
+        sender_is_allowed=sender_is_allowed,
+        sender_may_wake=sender_may_wake,
+    )
+
+
+def _workspace_for(*, bot: Bot, chat_id: str):
+    from threadcontext.selectors import workspace_cached_get
+
+    return workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id)
+
+
+def chat_mode_annotate(*, bot: Bot, payload: dict) -> dict:
+    """G1: ensure the group's workspace and its chat mode (im.v1.chat.get, read once), and note on the stored
+    payload whether every message there is a topic, so routing, the wake and the turn key one timeline alike.
+
+    Makes HTTP calls: run it outside any transaction. Returns the payload (annotated when the mode is known).
+    """
+    from threadcontext.services import workspace_chat_mode_is_due, workspace_chat_mode_store, workspace_ensure
+
+    event = payload.get("event")
+    message = event.get("message") if isinstance(event, dict) else None
+    if not isinstance(message, dict) or message.get("chat_type") != "group" or not message.get("chat_id"):
+        return payload
+    chat_id = str(message["chat_id"])
+    workspace = _workspace_for(bot=bot, chat_id=chat_id)
+    if workspace is None:
+        workspace, _ = workspace_ensure(bot_profile=bot.slug, chat_id=chat_id)
+    if bot.has_feishu_credentials and workspace_chat_mode_is_due(workspace=workspace):
+        try:
+            info = feishu_client.chat_get(bot=bot, chat_id=chat_id)
+        except feishu_client.FeishuApiError as error:
+            logger.warning(
+                "feishu chat mode unreadable", extra={"bot": bot.slug, "chat_id": chat_id, "code": error.code}
+            )
+            workspace_chat_mode_store(workspace=workspace, chat_mode="", group_message_type="")
+        else:
+            workspace = workspace_chat_mode_store(
+                workspace=workspace,
+                chat_mode=info.chat_mode,
+                group_message_type=info.group_message_type,
+                name=info.name,
+            )
+    if not workspace.is_chat_mode_known:
+        return payload
+    return {**payload, HUB_ANNOTATIONS_KEY: {"chat_is_topic": workspace.is_topic_chat}}
+
+
+def inbound_event_route(*, bot: Bot, event_type: str, payload: dict, bot_open_id: str | None = None) -> RouteResult:
+    """Route one stored event by its type: a message, a recall (G7), the bot added to or removed from a group (G2)."""
+    if event_type in (EVENT_MESSAGE, ""):
+        return inbound_message_route(bot=bot, payload=payload, bot_open_id=bot_open_id)
+    event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
+    chat_id = str(event.get("chat_id") or "")
+    if event_type == EVENT_RECALLED:
+        from amuxweb.feishu.discuss import discuss_wakes_forget_message
+        from threadcontext.services import thread_context_recall
+
+        message_id = str(event.get("message_id") or "")
+        if not chat_id or not message_id:
+            return RouteResult(IGNORED_UNREADABLE)
+        thread_context_recall(chat_id=chat_id, message_id=message_id)
+        discuss_wakes_forget_message(chat_id=chat_id, message_id=message_id)
+        return RouteResult(ROUTE_RECALLED)
+    if event_type in (EVENT_BOT_ADDED, EVENT_BOT_DELETED):
+        from threadcontext.services import workspace_joined, workspace_retire
+
+        if not chat_id:
+            return RouteResult(IGNORED_UNREADABLE)
+        if event_type == EVENT_BOT_ADDED:
+            workspace_joined(bot_profile=bot.slug, chat_id=chat_id, name=str(event.get("name") or ""))
+            return RouteResult(ROUTE_WORKSPACE_JOINED)
+        workspace_retire(bot_profile=bot.slug, chat_id=chat_id)
+        return RouteResult(ROUTE_WORKSPACE_RETIRED)
+    return RouteResult(IGNORED_UNKNOWN_EVENT)
 
 
 def inbound_event_process(*, event_pk: int) -> RouteResult | None:
@@ -156,10 +299,17 @@ def inbound_event_process(*, event_pk: int) -> RouteResult | None:
     if event is None:
         return None
     try:
-        # The one-time bot/v3/info read is an HTTP call: made before the transaction, never inside it.
+        # The one-time bot/v3/info and chat.get reads are HTTP calls: made before the transaction, never inside it.
         bot_open_id = bot_open_id_ensure(bot=event.bot)
+        payload = chat_mode_annotate(bot=event.bot, payload=event.payload)
+        if payload is not event.payload:
+            # Stored before any turn or wake reads the event: they parse the same timeline key (G1).
+            InboundEvent.objects.filter(pk=event.pk).update(payload=payload)
+            event.payload = payload
         with transaction.atomic():  # notices go out after commit (feishu_notice_send), turns enqueue after it
-            result = inbound_message_route(bot=event.bot, payload=event.payload, bot_open_id=bot_open_id)
+            result = inbound_event_route(
+                bot=event.bot, event_type=event.event_type, payload=event.payload, bot_open_id=bot_open_id
+            )
     except Exception as error:  # an unexpected bug must not lose the event: release it for the sweeper
         logger.exception("feishu event processing failed", extra={"inbound_event": event.pk, "bot": event.bot.slug})
         inbound_event_release_for_retry(event=event, error=f"{type(error).__name__}: {error}")

@@ -1,69 +1,72 @@
-"""The bridge turn: session -> Thread, context, prompt, c's turn_run, delivery, agent_output (ARCHITECTURE §5 step 3).
+"""The Feishu channel of the one turn pipeline (agents.services.turns), and the bridge's entry point to it.
 
-`feishu_turn_start` is what routing and the discuss wake (engineer d) call: it creates the turn idempotently
-(one per bot and source message, T2) and enqueues `feishu_turn_process` after commit.
+`feishu_turn_start` is what routing and the discuss wake call: it resolves the session, creates the turn once per
+bot and source message (T2) and enqueues agents' `turn_run_task` after commit. The runner then calls this module's
+`FeishuChannel` (registered in the bridge's AppConfig.ready()):
+
+- prepare, once: the request (mentions normalised, secrets redacted), the quoted message read online (C7; a
+  transient read failure retries, a permanent one tells the user and submits nothing), the topic root when due
+  (read online when not stored, C8), threadcontext's selection and decision; whether the root went in is noted;
+- activation_contract: a discuss turn's contract, rebuilt from its judgement (P9; one source, never the broker);
+- deliver: the reply in the topic with a uuid fixed per turn and chunk (F3), then the agent_output event, then,
+  only if the prompt really held the root, topic_root_prompt_delivered (C8);
+- notice: one line to the chat (failure, delivery failure, unreadable quote).
+`FeishuAutomationChannel` posts an automation run's answer to its `feishu_chat_id` the same way (item 8).
 """
 
 import logging
-from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import Q
-from django.utils import timezone
 
-from agents.models import Bot, Turn
+from agents.models import Bot, Message, Turn
+from agents.services.enqueue import turn_enqueue
+from agents.services.turns import (
+    DeliveryPermanent,
+    DeliveryRetryable,
+    Prepared,
+    PrepareRetryable,
+    Skip,
+    TurnChannel,
+    turn_get_or_create,
+)
+from agents.services.turns.channels import AutomationChannel
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.messages import RETIRED_SESSION_TEXT, bot_secrets, inbound_message_build
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.parsing import ParsedMessage, message_parse
+from amuxweb.feishu.models import InboundEvent, OutboundDelivery
+from amuxweb.feishu.parsing import ParsedMessage, content_text, message_parse
+from amuxweb.feishu.services.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
+from amuxweb.feishu.services.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
+from probe.models import ProbeJudgement
+from probe.prompts import activation_contract
+from threadcontext.prompts import prompt_render, request_is_submittable
+from threadcontext.selectors import context_item_text_get, topic_root_text_get, workspace_get
+from threadcontext.services import (
+    Mention,
+    context_prompt_prepare,
+    normalise_mentions,
+    secrets_redact,
+    session_binding_mark_topic_root_delivered,
+    thread_event_record_agent_output,
+    thread_event_record_topic_root,
+)
 
 logger = logging.getLogger(__name__)
 
 QUOTED_READ_FAILED_TEXT = (
     "I could not read the message you replied to, so I did not send your request. Please try again."
 )
-# Queued Feishu turns older than this were never picked up (broker down at enqueue): the sweeper re-enqueues.
-TURN_SWEEP_AFTER_SECONDS = 60
-
-
-class FeishuTurnRetry(Exception):
-    """Delivery failed for a reason a later try may fix; the task retries after `countdown` seconds."""
-
-    def __init__(self, message: str, *, countdown: float = 30.0) -> None:
-        super().__init__(message)
-        self.countdown = countdown
-
-
-def feishu_turn_enqueue(*, turn: Turn, activation_contract: str = "") -> None:
-    """Queue the bridge turn after commit; a lost enqueue is picked up by `feishu_turns_sweep`."""
-    from amuxweb.feishu.services.intake import task_enqueue
-    from amuxweb.feishu.tasks import feishu_turn_process
-
-    def enqueue() -> None:
-        # Stamped before the send and cleared when the broker refuses it, as agents' turn_enqueue does, so the
-        # sweeper can tell a lost enqueue from a task a busy broker still holds.
-        stamp = timezone.now()
-        Turn.objects.filter(pk=turn.pk).update(enqueued_at=stamp)
-        if not task_enqueue(task=feishu_turn_process, args=[turn.pk, activation_contract], what="feishu_turn"):
-            Turn.objects.filter(pk=turn.pk, enqueued_at=stamp).update(enqueued_at=None)
-
-    transaction.on_commit(enqueue)
 
 
 def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: str = "") -> Turn | None:
     """Resolve the session, create the turn once per (bot, source message) and enqueue it after commit.
 
-    `message` is threadcontext's InboundMessage. Returns None when the entry point belongs to a retired
-    session (C14): the user is told to start a new topic and nothing is submitted.
+    `message` is threadcontext's InboundMessage. Returns None when the entry point belongs to a retired session
+    (C14): the user is told to start a new topic and nothing is submitted. `activation_contract` is ignored: the
+    channel rebuilds a discuss turn's contract from its judgement (kept for the callers' signature).
     """
-    from agents.services.turns import turn_get_or_create
-    from amuxweb.feishu.services.sessions import SessionRetired, session_thread_resolve
-
     try:
         thread = session_thread_resolve(bot=bot, message=message)
     except SessionRetired:
-        from amuxweb.feishu.services.delivery import feishu_notice_send
-
         feishu_notice_send(
             bot=bot,
             chat_id=message.chat_id,
@@ -75,7 +78,7 @@ def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: s
         return None
     turn, created = turn_get_or_create(bot=bot, thread=thread, trigger=trigger, source_message_id=message.message_id)
     if created:
-        feishu_turn_enqueue(turn=turn, activation_contract=activation_contract)
+        transaction.on_commit(lambda: turn_enqueue(turn_id=turn.pk))
     logger.info(
         "feishu turn started" if created else "feishu turn already exists",
         extra={"bot": bot.slug, "turn": turn.pk, "trigger": trigger, "message_id": message.message_id},
@@ -83,61 +86,44 @@ def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: s
     return turn
 
 
-def feishu_turns_sweep(*, now=None) -> list[int]:
-    """Re-enqueue Feishu turns whose enqueue was lost: refused by the broker a minute ago or more, or taken longer
-    ago than a healthy broker could still be holding it (the same rule as agents' turns_sweep, whose
-    `broker_redelivery_seconds` explains why: a second copy beside one the broker holds would pay the model twice).
-    """
-    from agents.services.turns import broker_redelivery_seconds
-
-    now = now or timezone.now()
-    refused = Q(enqueued_at__isnull=True, queued_at__lt=now - timedelta(seconds=TURN_SWEEP_AFTER_SECONDS))
-    taken_long_ago = Q(enqueued_at__lt=now - timedelta(seconds=broker_redelivery_seconds()))
-    rows = list(
-        Turn.objects.filter(
-            refused | taken_long_ago,
-            status=Turn.Status.QUEUED,
-            attempts=0,  # never started (a turn waiting for a retry has attempts > 0)
-            thread__channel="feishu",
-        ).values_list("pk", "trigger")[:200]
-    )
-    contracts = discuss_contracts_get(turn_pks=[pk for pk, trigger in rows if trigger == Turn.Trigger.DISCUSS])
-    for turn_pk, _ in rows:
-        # P9: a discuss turn the judge activated runs with its contract, however it was (re-)queued.
-        feishu_turn_enqueue(turn=Turn(pk=turn_pk), activation_contract=contracts.get(turn_pk, ""))
-    return [pk for pk, _ in rows]
+def discuss_contract_get(*, turn: Turn) -> str:
+    """The activation contract of a discuss turn its judge activated (P9), rebuilt from the stored judgement; a
+    turn without one (ungated, or not a discuss turn) has none."""
+    if turn.trigger != Turn.Trigger.DISCUSS:
+        return ""
+    reason = (
+        ProbeJudgement.objects.filter(turn_id=turn.pk, activated=True).order_by("id").values_list("reason", flat=True)
+    ).first()
+    return activation_contract(reason=reason) if reason is not None else ""
 
 
-def discuss_contracts_get(*, turn_pks: list[int]) -> dict[int, str]:
-    """The activation contract of each discuss turn a judge activated (P9), rebuilt from its stored judgement;
-    a turn without one (ungated) has none. One query for the batch."""
-    if not turn_pks:
-        return {}
-    from probe.models import ProbeJudgement
-    from probe.prompts import activation_contract
-
-    judgements = ProbeJudgement.objects.filter(turn_id__in=turn_pks, activated=True).order_by("id")
-    return {
-        turn_pk: activation_contract(reason=reason) for turn_pk, reason in judgements.values_list("turn_id", "reason")
-    }
+def _mentions(*, bot: Bot, raw: list[dict]) -> list[Mention]:
+    return [
+        Mention(
+            key=str(item.get("key", "")),
+            open_id=str(item.get("id", "")),
+            name=str(item.get("name", "")),
+            is_this_bot=bool(bot.feishu_bot_open_id) and item.get("id") == bot.feishu_bot_open_id,
+        )
+        for item in raw
+    ]
 
 
-def _source_parsed(*, turn: Turn) -> ParsedMessage | None:
+def source_parsed(*, turn: Turn) -> ParsedMessage | None:
     event = InboundEvent.objects.filter(bot=turn.bot, message_id=turn.source_message_id).first()
     return message_parse(event.payload) if event is not None else None
 
 
 def quoted_text_read(*, bot: Bot, parsed: ParsedMessage) -> str:
-    """C7: the replied-to message's text, read online; a card without inline text is filled from the local item.
+    """C7: the replied-to message's text, read online with its mentions normalised (C4); a card without inline text
+    is filled from the local item, this bot's own uncollected output from its delivery row.
 
-    Raises FeishuApiError when the read fails (the caller answers the user and submits nothing).
+    Raises FeishuApiError when the read fails.
     """
-    from amuxweb.feishu.models import OutboundDelivery
-    from amuxweb.feishu.parsing import content_text
-    from threadcontext.selectors import context_item_text_get
-
     fetched = feishu_client.message_get(bot=bot, message_id=parsed.parent_id)
-    text = content_text(message_type=fetched.msg_type, content=fetched.content)
+    text = normalise_mentions(
+        content_text(message_type=fetched.msg_type, content=fetched.content), _mentions(bot=bot, raw=fetched.mentions)
+    )
     if not text.strip():
         text = context_item_text_get(chat_id=parsed.chat_id, message_id=parsed.parent_id) or ""
     if not text.strip():  # this bot's own delivered output that was never collected (e.g. in a DM)
@@ -146,21 +132,9 @@ def quoted_text_read(*, bot: Bot, parsed: ParsedMessage) -> str:
     return text
 
 
-def _turn_skip(*, turn: Turn, reason: str) -> None:
-    Turn.objects.filter(pk=turn.pk, reply_message__isnull=True).update(
-        status=Turn.Status.SKIPPED, error=reason, finished_at=timezone.now()
-    )
-
-
-def _topic_root_text(*, bot: Bot, parsed: ParsedMessage) -> str | None:
-    """C8: the root's text from the local store, else fetched by root_msg_id (any sender type) and recorded."""
-    from amuxweb.feishu.parsing import content_text
-    from threadcontext.selectors import topic_root_text_get
-    from threadcontext.services import Mention, thread_event_record_topic_root
-
-    local = topic_root_text_get(bridge_id=bot.bridge_id, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id)
-    if local:
-        return local
+def topic_root_fetch(*, bot: Bot, parsed: ParsedMessage) -> str | None:
+    """C8: the root read online by root_msg_id (any sender type) and recorded (mentions normalised there, C4);
+    None when it cannot be read: the prompt goes without it and the root stays due."""
     if not bot.has_feishu_credentials:
         return None
     try:
@@ -171,100 +145,42 @@ def _topic_root_text(*, bot: Bot, parsed: ParsedMessage) -> str | None:
             extra={"bot": bot.slug, "root_msg_id": parsed.root_msg_id, "code": error.code},
         )
         return None
-    text = content_text(message_type=fetched.msg_type, content=fetched.content)
-    mentions = [
-        Mention(
-            key=str(m.get("key", "")),
-            open_id=str(m.get("id", "")),
-            name=str(m.get("name", "")),
-            is_this_bot=bool(bot.feishu_bot_open_id) and m.get("id") == bot.feishu_bot_open_id,
-        )
-        for m in fetched.mentions
-    ]
     event, _ = thread_event_record_topic_root(
         bridge_id=bot.bridge_id,
         bot_profile=bot.slug,
         chat_id=parsed.chat_id,
         root_msg_id=parsed.root_msg_id,
-        text=text,
+        text=content_text(message_type=fetched.msg_type, content=fetched.content),
         sender_id=fetched.sender_id,
         sender_type=fetched.sender_type or "user",
         thread_id=fetched.thread_id,
-        mentions=mentions,
+        mentions=_mentions(bot=bot, raw=fetched.mentions),
         secrets=bot_secrets(bot),
     )
-    return event.text if event is not None else None
+    if event is not None:
+        return event.text
+    # Recorded by an earlier read (the event exists): the stored text.
+    return topic_root_text_get(bridge_id=bot.bridge_id, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id)
 
 
-def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
-    """Run one Feishu turn end to end; idempotent (a re-run reuses the stored reply and the delivery rows)."""
-    from agents.services.turns import TurnRetryLater, turn_run
-    from amuxweb.feishu.services.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
-    from amuxweb.feishu.services.sessions import session_binding_for_thread
-    from threadcontext.prompts import prompt_render, request_is_submittable, topic_root_is_due
-    from threadcontext.selectors import workspace_get, workspace_settings_resolve
-    from threadcontext.services import (
-        context_prompt_prepare,
-        normalise_mentions,
-        secrets_redact,
-        session_binding_mark_topic_root_delivered,
-        thread_event_record_agent_output,
-    )
+class FeishuChannel(TurnChannel):
+    name = "feishu"
 
-    turn = Turn.objects.select_related("bot", "thread", "reply_message").get(pk=turn_pk)
-    bot = turn.bot
-    parsed = _source_parsed(turn=turn)
-    if parsed is None:
-        _turn_skip(turn=turn, reason="The Feishu message of this turn is not stored.")
-        return "no_source"
-    message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
-    # No secret reaches the prompt, the stored message or the decision, even when someone pastes one (C3).
-    secrets = bot_secrets(bot)
-    request_text = secrets_redact(normalise_mentions(parsed.text, message.mentions), secrets)
-    workspace = None if parsed.is_direct else workspace_get(bot_profile=bot.slug, chat_id=parsed.chat_id)
-    effective = workspace_settings_resolve(workspace=workspace)
-    binding = session_binding_for_thread(thread=turn.thread)
-    root_due = (
-        not parsed.is_direct
-        and binding is not None
-        and topic_root_is_due(
-            topic_root_enabled=effective.topic_root_enabled,
-            topic_root_prompt_delivered=binding.topic_root_prompt_delivered,
-            is_group_scope=effective.is_group_scope,
-        )
-    )
-    reply_in_thread = parsed.is_in_topic
-
-    reply = turn.reply_message
-    if reply is None:
-        quoted_text = None
-        if parsed.is_explicit_reply:
-            try:
-                if bot.has_feishu_credentials:
-                    quoted_text = secrets_redact(quoted_text_read(bot=bot, parsed=parsed), secrets)
-            except feishu_client.FeishuApiError as error:
-                # C7: no prompt, nothing submitted; the user hears why.
-                feishu_notice_send(
-                    bot=bot,
-                    chat_id=parsed.chat_id,
-                    reply_to_message_id=parsed.message_id,
-                    reply_in_thread=reply_in_thread,
-                    text=QUOTED_READ_FAILED_TEXT,
-                    purpose="quoted_read_failed",
-                )
-                _turn_skip(turn=turn, reason=f"Quoted message unreadable ({error.code}).")
-                return "quoted_read_failed"
-        topic_root_text = None
-        quoting_the_root = quoted_text is not None and parsed.parent_id == parsed.root_msg_id
-        if root_due and not parsed.is_topic_root and not quoting_the_root:
-            # (a quoted root is already the turn's background: it is neither fetched nor injected twice)
-            topic_root_text = _topic_root_text(bot=bot, parsed=parsed)
-        if not request_is_submittable(
-            request_text=request_text, topic_root_due=topic_root_text is not None, quoted_text=quoted_text
-        ):
-            _turn_skip(turn=turn, reason="Empty request.")
-            return "empty_request"
+    def prepare(self, *, turn: Turn) -> Prepared | Skip:
+        bot = turn.bot
+        parsed = source_parsed(turn=turn)
+        if parsed is None:
+            return Skip(reason="The Feishu message of this turn is not stored.")
+        message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
+        # No secret reaches the prompt, the stored message or the decision, even when someone pastes one (C3).
+        secrets = bot_secrets(bot)
+        request_text = secrets_redact(normalise_mentions(parsed.text, message.mentions), secrets)
+        quoted_text = self._quoted_text(bot=bot, parsed=parsed, secrets=secrets)
+        if isinstance(quoted_text, Skip):
+            return quoted_text
         if parsed.is_direct:  # DMs never get workspace thread context (C3): no selection, no decision
+            if not request_is_submittable(request_text=request_text, topic_root_due=False, quoted_text=quoted_text):
+                return Skip(reason="Empty request.")
             prompt = prompt_render(
                 request_text=request_text,
                 package=None,
@@ -272,75 +188,138 @@ def feishu_turn_execute(*, turn_pk: int, activation_contract: str = "") -> str:
                 root_is_request=False,
                 quoted_text=quoted_text,
             )
-        else:
-            # The one place a group turn's context is selected, rendered and recorded (C5, C7-C11).
-            prepared = context_prompt_prepare(
-                workspace=workspace,
-                bridge_id=bot.bridge_id,
-                bot_profile=bot.slug,
-                chat_id=parsed.chat_id,
-                root_msg_id=parsed.root_msg_id,
-                message_id=parsed.message_id,
-                request_text=request_text,
-                topic_root_prompt_delivered=not root_due,
-                topic_root_text=topic_root_text,
-                quoted_text=quoted_text,
-                quoted_message_id=parsed.parent_id,
-            )
-            prompt = prepared.prompt
-            Turn.objects.filter(pk=turn.pk).update(context_decision_id=prepared.decision.pk)
-        try:
-            reply = turn_run(
-                turn=turn,
-                user_content=request_text or prompt,
-                user_prompt=prompt,
-                author=parsed.sender_open_id,
-                activation_contract=activation_contract,
-            )
-        except TurnRetryLater as error:
-            raise FeishuTurnRetry(str(error), countdown=error.countdown_seconds) from error
-    if reply is None:
-        return "no_reply"
-
-    rows = deliveries_prepare(
-        bot=bot,
-        turn=turn,
-        chat_id=parsed.chat_id,
-        reply_to_message_id=parsed.message_id,
-        reply_in_thread=reply_in_thread,
-        text=reply.content,
-        source_message_id=turn.source_message_id,
-    )
-    try:
-        rows = deliveries_send(deliveries=rows)
-    except feishu_client.FeishuApiError as error:
-        reason = f"Delivery failed: {error.code} {error.message}"
-        if error.is_retryable:
-            raise FeishuTurnRetry(reason, countdown=30.0) from error
-        # Permanent (bot removed from the chat, message recalled...): visible on the turn in the admin.
-        Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.FAILED, error=reason[:2000])
-        logger.warning(
-            "feishu delivery failed permanently", extra={"bot": bot.slug, "turn": turn.pk, "code": error.code}
+            return Prepared(content=request_text or prompt, prompt=prompt, author=parsed.sender_open_id)
+        binding = session_binding_for_thread(thread=turn.thread)
+        # The one place a group turn's context is selected, rendered and recorded (C5, C7-C11); whether the root is
+        # due is threadcontext's rule, and it asks for the online read only then.
+        prepared = context_prompt_prepare(
+            workspace=workspace_get(bot_profile=bot.slug, chat_id=parsed.chat_id),
+            bridge_id=bot.bridge_id,
+            bot_profile=bot.slug,
+            chat_id=parsed.chat_id,
+            root_msg_id=parsed.root_msg_id,
+            message_id=parsed.message_id,
+            request_text=request_text,
+            topic_root_prompt_delivered=binding.topic_root_prompt_delivered if binding is not None else True,
+            quoted_text=quoted_text,
+            quoted_message_id=parsed.parent_id,
+            topic_root_fetch=lambda: topic_root_fetch(bot=bot, parsed=parsed),
         )
-        return "delivery_failed"
+        if not prepared.is_submittable:
+            return Skip(reason="Empty request.")
+        return Prepared(
+            content=request_text or prepared.prompt,
+            prompt=prepared.prompt,
+            author=parsed.sender_open_id,
+            context_decision_id=prepared.decision.pk,
+            channel_state={
+                "topic_root_injected": prepared.topic_root_injected,
+                "binding_id": binding.pk if binding is not None else None,
+            },
+        )
 
-    output_message_id = rows[0].feishu_message_id or f"amux-turn-{turn.pk}"
-    thread_event_record_agent_output(
-        bridge_id=bot.bridge_id,
-        bot_profile=bot.slug,
-        chat_id=parsed.chat_id,
-        root_msg_id=parsed.root_msg_id,
-        message_id=output_message_id,
-        text=reply.content,
-        thread_id=parsed.thread_id,
-        chat_type=parsed.chat_type,
-        secrets=secrets,
-    )
-    if root_due and binding is not None:
-        # C8: only now, after the reply carrying the root was delivered.
-        session_binding_mark_topic_root_delivered(binding_id=binding.pk)
-    logger.info(
-        "feishu turn delivered",
-        extra={"bot": bot.slug, "turn": turn.pk, "chunks": len(rows), "feishu_message_id": rows[0].feishu_message_id},
-    )
-    return "delivered"
+    @staticmethod
+    def _quoted_text(*, bot: Bot, parsed: ParsedMessage, secrets: list[str]) -> str | None | Skip:
+        if not (parsed.is_explicit_reply and bot.has_feishu_credentials):
+            return None
+        try:
+            return secrets_redact(quoted_text_read(bot=bot, parsed=parsed), secrets)
+        except feishu_client.FeishuApiError as error:
+            if error.is_retryable:  # 5xx, transport, rate limit: a later try may read it (item 11)
+                raise PrepareRetryable(f"The quoted message could not be read for now ({error.code}).") from error
+            # C7: no prompt, nothing submitted; the user hears why.
+            return Skip(reason=f"Quoted message unreadable ({error.code}).", notice=QUOTED_READ_FAILED_TEXT)
+
+    def activation_contract(self, *, turn: Turn) -> str:
+        return discuss_contract_get(turn=turn)
+
+    def deliver(self, *, turn: Turn, reply: Message) -> None:
+        bot = turn.bot
+        parsed = source_parsed(turn=turn)
+        if parsed is None:
+            raise DeliveryPermanent("The Feishu message of this turn is no longer stored.")
+        rows = deliveries_prepare(
+            bot=bot,
+            turn=turn,
+            chat_id=parsed.chat_id,
+            reply_to_message_id=parsed.message_id,
+            reply_in_thread=parsed.is_in_topic,
+            text=reply.content,
+            source_message_id=turn.source_message_id,
+        )
+        rows = _send(rows=rows)
+        thread_event_record_agent_output(
+            bridge_id=bot.bridge_id,
+            bot_profile=bot.slug,
+            chat_id=parsed.chat_id,
+            root_msg_id=parsed.root_msg_id,
+            message_id=rows[0].feishu_message_id or f"amux-turn-{turn.pk}",
+            text=reply.content,
+            thread_id=parsed.thread_id,
+            chat_type=parsed.chat_type,
+            secrets=bot_secrets(bot),
+        )
+        binding_id = turn.channel_state.get("binding_id")
+        if turn.channel_state.get("topic_root_injected") and binding_id:
+            # C8: only now, after the reply whose prompt really held the root was delivered.
+            session_binding_mark_topic_root_delivered(binding_id=binding_id)
+
+    def notice(self, *, turn: Turn, text: str, purpose: str) -> None:
+        parsed = source_parsed(turn=turn)
+        if parsed is None:
+            return
+        feishu_notice_send(
+            bot=turn.bot,
+            chat_id=parsed.chat_id,
+            reply_to_message_id=parsed.message_id,
+            reply_in_thread=parsed.is_in_topic,
+            text=text,
+            purpose=purpose,
+        )
+
+
+class FeishuAutomationChannel(AutomationChannel):
+    """An automation run, posted to the automation's Feishu chat when it has one (item 8)."""
+
+    @staticmethod
+    def _chat_id(turn: Turn) -> str:
+        automation = getattr(turn.thread, "automation", None)
+        return automation.feishu_chat_id if automation is not None else ""
+
+    def deliver(self, *, turn: Turn, reply: Message) -> None:
+        chat_id = self._chat_id(turn)
+        if not chat_id:
+            return
+        rows = deliveries_prepare(
+            bot=turn.bot,
+            turn=turn,
+            chat_id=chat_id,
+            reply_to_message_id="",
+            reply_in_thread=False,
+            text=reply.content,
+            source_message_id=turn.source_message_id,
+        )
+        _send(rows=rows)
+
+    def notice(self, *, turn: Turn, text: str, purpose: str) -> None:
+        chat_id = self._chat_id(turn)
+        if chat_id:
+            feishu_notice_send(
+                bot=turn.bot,
+                chat_id=chat_id,
+                reply_to_message_id="",
+                reply_in_thread=False,
+                text=text,
+                purpose=purpose,
+                source_key=turn.source_message_id,
+            )
+
+
+def _send(*, rows: list[OutboundDelivery]) -> list[OutboundDelivery]:
+    try:
+        return deliveries_send(deliveries=rows)
+    except feishu_client.FeishuApiError as error:
+        reason = f"{error.code} {error.message}"
+        if error.is_retryable:
+            raise DeliveryRetryable(reason) from error
+        raise DeliveryPermanent(reason) from error

@@ -1,0 +1,168 @@
+"""The ModelAdmin of MCP servers (M1); the turn page's tool-call timeline is agents.admin.tool_calls.
+
+A server's environment and headers are secrets: write-only like the others (agents.admin.core), entered as a
+JSON object of strings. "Test" on the server's page connects afresh, lists the tools and stores the outcome.
+"""
+
+import json
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+
+from agents.admin.core import ClearSecretField, SecretField, SecretFieldsForm, secret_state
+from agents.mcp.services import mcp_server_test
+from agents.models import McpServer
+
+MAX_TIMEOUT_SECONDS = 600.0
+MAX_STEPS = 50
+
+
+def string_map(raw: str, *, label: str) -> str:
+    """A JSON object of strings, normalised; a clear form error for anything else."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise forms.ValidationError(f'{label} must be a JSON object, e.g. {{"NAME": "value"}}.') from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise forms.ValidationError(f"{label} must be a JSON object whose values are strings.")
+    return json.dumps(value, sort_keys=True)
+
+
+def string_list(value, *, label: str) -> list[str]:
+    if value in (None, ""):
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise forms.ValidationError(f"{label} must be a JSON list of strings.")
+    return value
+
+
+class McpServerForm(SecretFieldsForm):
+    secret_fields = ("environment", "headers")
+    environment = SecretField(label="Environment (JSON object)")
+    environment_clear = ClearSecretField(label="Clear environment")
+    headers = SecretField(label="Headers (JSON object)")
+    headers_clear = ClearSecretField(label="Clear headers")
+    url = forms.URLField(required=False, assume_scheme="https", help_text="Streamable HTTP: the endpoint URL.")
+    call_timeout_seconds = forms.FloatField(
+        required=False, min_value=0.1, max_value=MAX_TIMEOUT_SECONDS, help_text="Empty: the hub's default."
+    )
+    time_budget_seconds = forms.FloatField(
+        required=False, min_value=1.0, max_value=MAX_TIMEOUT_SECONDS, help_text="Empty: the hub's default."
+    )
+    max_steps = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_STEPS, help_text="Empty: the hub's default."
+    )
+
+    class Meta:
+        model = McpServer
+        exclude = ["last_test_ok", "last_test_at", "last_test_error", "last_test_tools"]
+
+    def clean_environment(self) -> str:
+        raw = self.cleaned_data.get("environment") or ""
+        return string_map(raw, label="The environment") if raw else ""
+
+    def clean_headers(self) -> str:
+        raw = self.cleaned_data.get("headers") or ""
+        return string_map(raw, label="The headers") if raw else ""
+
+    def clean_args(self) -> list[str]:
+        return string_list(self.cleaned_data.get("args"), label="The arguments")
+
+    def clean_allowed_tools(self) -> list[str]:
+        return string_list(self.cleaned_data.get("allowed_tools"), label="The allowed tools")
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        transport = cleaned.get("transport")
+        if transport == McpServer.Transport.STDIO and not cleaned.get("command"):
+            self.add_error("command", "A stdio server needs the command that starts it.")
+        if transport == McpServer.Transport.STREAMABLE_HTTP and not cleaned.get("url"):
+            self.add_error("url", "A streamable HTTP server needs its URL.")
+        return cleaned
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    form = McpServerForm
+    list_display = ["name", "bot", "transport", "is_enabled", "on_failure", "allowed", "test_state", "last_test_at"]
+    list_filter = ["transport", "is_enabled", "on_failure", "last_test_ok"]
+    search_fields = ["name", "bot__slug", "command", "url"]
+    list_select_related = ["bot"]
+    autocomplete_fields = ["bot"]
+    readonly_fields = [
+        "environment_state",
+        "headers_state",
+        "test_state",
+        "last_test_at",
+        "last_test_error",
+        "tools_view",
+    ]
+    fieldsets = [
+        (None, {"fields": ["bot", "name", "transport", "is_enabled", "on_failure", "allowed_tools"]}),
+        ("stdio", {"fields": ["command", "args", "environment_state", "environment", "environment_clear"]}),
+        ("Streamable HTTP", {"fields": ["url", "headers_state", "headers", "headers_clear"]}),
+        ("Limits", {"fields": ["call_timeout_seconds", "max_steps", "time_budget_seconds"]}),
+        ("Last test", {"fields": ["test_state", "last_test_at", "last_test_error", "tools_view"]}),
+    ]
+    actions = ["test_selected"]
+
+    def get_urls(self):
+        test = path("<int:object_id>/test/", self.admin_site.admin_view(self.test_view), name="agents_mcpserver_test")
+        return [test] + super().get_urls()
+
+    def test_view(self, request: HttpRequest, object_id: int) -> HttpResponseRedirect:
+        server = get_object_or_404(McpServer, pk=object_id)
+        change_url = reverse("admin:agents_mcpserver_change", args=[server.pk])
+        if request.method != "POST" or not self.has_change_permission(request, server):
+            self.message_user(request, "Testing a server needs a POST by a user who may change it.", messages.ERROR)
+            return HttpResponseRedirect(change_url)
+        self.report(request, server)
+        return HttpResponseRedirect(change_url)
+
+    @admin.action(description="Test (connect and list tools)")
+    def test_selected(self, request: HttpRequest, queryset) -> None:
+        for server in queryset.select_related("bot"):
+            self.report(request, server)
+
+    def report(self, request: HttpRequest, server: McpServer) -> None:
+        result = mcp_server_test(server=server)
+        if result.is_ok:
+            names = ", ".join(tool.name for tool in result.tools) or "none"
+            self.message_user(request, f"{server.name}: connected; tools: {names}", messages.SUCCESS)
+        else:
+            self.message_user(request, f"{server.name}: {server.last_test_error}", messages.ERROR)
+
+    @admin.display(description="Allowed tools")
+    def allowed(self, server: McpServer) -> str:
+        return ", ".join(server.allowed_tools) or "none"
+
+    @admin.display(description="Environment")
+    def environment_state(self, server: McpServer) -> str:
+        return secret_state(server.environment)
+
+    @admin.display(description="Headers")
+    def headers_state(self, server: McpServer) -> str:
+        return secret_state(server.headers)
+
+    @admin.display(description="Last test")
+    def test_state(self, server: McpServer) -> str:
+        return {None: "never tested", True: "OK", False: "failed"}[server.last_test_ok]
+
+    @admin.display(description="Tools at the last test")
+    def tools_view(self, server: McpServer) -> str:
+        if not server.last_test_tools:
+            return "-"
+        allowed = set(server.allowed_tools)
+        rows = format_html_join(
+            "",
+            "<li><code>{}</code>{} {}</li>",
+            (
+                (tool.get("name", ""), " (allowed)" if tool.get("name") in allowed else "", tool.get("description", ""))
+                for tool in server.last_test_tools
+            ),
+        )
+        return format_html("<ul>{}</ul>", rows)

@@ -1,0 +1,52 @@
+"""The turn page's timeline of tool calls (M2): a read-only inline on TurnAdmin (agents.admin.turns).
+
+A module of its own so that agents.admin.turns needs nothing from the MCP server admin (which uses core's
+secret-field helpers, and core imports turns).
+"""
+
+import json
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from agents.models import TurnToolCall
+
+MAX_RESULT_PREVIEW_CHARS = 300
+
+
+class TurnToolCallInline(admin.TabularInline):
+    """The turn page's timeline of tool calls, in order; read-only (audit records)."""
+
+    model = TurnToolCall
+    extra = 0
+    can_delete = False
+    verbose_name = "tool call"
+    verbose_name_plural = "Tool calls (timeline)"
+    fields = ["step", "index", "server", "tool", "status", "duration", "arguments_view", "result_view", "error"]
+    readonly_fields = fields
+    ordering = ["step", "index"]
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    @admin.display(description="Duration")
+    def duration(self, call: TurnToolCall) -> str:
+        return f"{call.duration_ms} ms"
+
+    @admin.display(description="Arguments")
+    def arguments_view(self, call: TurnToolCall) -> str:
+        return format_html("<code>{}</code>", json.dumps(call.arguments, ensure_ascii=False))
+
+    @admin.display(description="Result (what the model got)")
+    def result_view(self, call: TurnToolCall) -> str:
+        if len(call.result) <= MAX_RESULT_PREVIEW_CHARS:
+            return format_html('<pre style="white-space: pre-wrap">{}</pre>', call.result or "-")
+        return format_html(
+            '<details><summary>{}…</summary><pre style="white-space: pre-wrap">{}</pre></details>',
+            call.result[:MAX_RESULT_PREVIEW_CHARS],
+            call.result,
+        )

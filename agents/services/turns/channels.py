@@ -1,0 +1,123 @@
+"""The channel port: what differs between triggers, behind one small interface the runner calls (L2).
+
+agents never imports the Feishu bridge, so the bridge plugs its channel in: `channel_register("feishu", ...)` in
+its AppConfig.ready(). agents registers `rest` (the reply is delivered by being stored: /history shows it) and
+`automation` (the same, unless the bridge replaces it with one that also posts to the automation's chat).
+
+Hooks, in the order the runner calls them:
+- `prepare(turn)`: once, on the turn's first claim: the user's text and the prompt the model gets (stored on the
+  turn's user_message, with the context decision), or a `Skip` with an optional one-line notice. A retry sends
+  what was recorded and never prepares again (so it writes no second decision). May raise `PrepareRetryable`.
+- `activation_contract(turn)`: every run; a discuss turn's contract is rebuilt from its judgement (one source).
+- `started(turn)`: the run began (the receipt reaction of R1 will hang here).
+- `stream_sink(turn)`: an optional `on_text(delta)` callback the model call feeds (the streaming card of R3).
+- `deliver(turn, reply)`: idempotent (a fixed uuid per turn and chunk); raises `DeliveryRetryable` or
+  `DeliveryPermanent`.
+- `failed(turn, status)`: the turn ended failed or delivery_failed; tell the chat in one line when it can be reached.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agents.models import Message, Thread, Turn
+
+TextSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    content: str  # what the person wrote (the user_message's content)
+    prompt: str = ""  # what the model gets, when different
+    author: str = ""
+    context_decision_id: int | None = None
+    channel_state: dict = field(default_factory=dict)  # the channel's own notes for deliver (e.g. the root went in)
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str  # stored on the turn (admin)
+    notice: str = ""  # told to the chat, when not empty
+
+
+class PrepareRetryable(Exception):
+    """Preparing failed for a reason a later try may fix (a 5xx reading the quoted message)."""
+
+
+class DeliveryError(Exception):
+    pass
+
+
+class DeliveryRetryable(DeliveryError):
+    """429, 5xx, transport: the same delivery (same uuids) is tried again later."""
+
+
+class DeliveryPermanent(DeliveryError):
+    """The channel refused for good (bot removed from the chat, message recalled): delivery_failed at once."""
+
+
+FAILED_NOTICE_TEXT = "Sorry, something went wrong and I could not answer this message."
+DELIVERY_FAILED_NOTICE_TEXT = "Sorry, I wrote an answer but could not post it here."
+
+
+class TurnChannel:
+    """Defaults: nothing to prepare beyond the stored user_message, nothing to deliver, nobody to tell."""
+
+    name = ""
+
+    def prepare(self, *, turn: Turn) -> Prepared | Skip:
+        return Skip(reason="The turn has no user message to answer.")
+
+    def activation_contract(self, *, turn: Turn) -> str:
+        return ""
+
+    def started(self, *, turn: Turn) -> None:
+        return None
+
+    def stream_sink(self, *, turn: Turn) -> TextSink | None:
+        return None
+
+    def deliver(self, *, turn: Turn, reply: Message) -> None:
+        return None
+
+    def notice(self, *, turn: Turn, text: str, purpose: str) -> None:
+        return None
+
+    def failed(self, *, turn: Turn, status: str) -> None:
+        text = DELIVERY_FAILED_NOTICE_TEXT if status == Turn.Status.DELIVERY_FAILED else FAILED_NOTICE_TEXT
+        self.notice(turn=turn, text=text, purpose=f"turn_{status}")
+
+
+class RestChannel(TurnChannel):
+    """REST chat: the user_message is stored with the turn; the reply is seen in /history once stored."""
+
+    name = Thread.Channel.REST
+
+
+class AutomationChannel(TurnChannel):
+    """An automation run: the automation's prompt is the user_message (mask 0 in its automation thread)."""
+
+    name = Thread.Channel.AUTOMATION
+    AUTHOR = "automation"
+
+    def prepare(self, *, turn: Turn) -> Prepared | Skip:
+        automation = getattr(turn.thread, "automation", None)
+        if automation is None:
+            return Skip(reason="The automation of this thread was deleted.")
+        return Prepared(content=automation.prompt, author=self.AUTHOR)
+
+
+_channels: dict[str, TurnChannel] = {}
+
+
+def channel_register(name: str, channel: TurnChannel) -> None:
+    """Plug a channel in (the bridge calls this from its AppConfig.ready()); the last registration wins."""
+    _channels[name] = channel
+
+
+def channel_for(*, thread: Thread) -> TurnChannel:
+    return _channels.get(thread.channel) or _DEFAULT
+
+
+_DEFAULT = TurnChannel()
+channel_register(Thread.Channel.REST, RestChannel())
+channel_register(Thread.Channel.AUTOMATION, AutomationChannel())

@@ -1,0 +1,334 @@
+"""The one turn pipeline every trigger runs: REST, Feishu mention/reply/DM, discuss, automation (L1, L2, T2).
+
+`turn_run(turn_id=...)` takes the turn through its lifecycle in short steps, so no row lock is held while the
+model thinks or a channel talks to Feishu:
+
+1. claim (ledger.turn_claim): a finished turn is left alone; a replied one goes straight to delivery;
+2. prepare, on the first claim only (channel.prepare): the prompt and the context decision are recorded with
+   the user_message; a re-run sends exactly what was recorded;
+3. call the primary model (no transaction open), feeding the channel's stream sink when it has one;
+4. store the reply (conditional on `reply_message IS NULL`): status `replied`; two racing runs keep one reply;
+5. deliver (channel.deliver, idempotent by its uuids): `delivered`, or a retry later, or `delivery_failed`.
+
+A worker killed anywhere leaves a queued, running or replied turn; the redelivered task (acks_late) or the
+sweeper (sweep.py) runs it again from step 1 and it completes once. Transient provider and delivery errors
+raise `TurnRetryLater` with the backoff to wait (the Celery task retries), a bounded number of times.
+Permanent errors, and a poison turn (an error in our own code or data that no retry can fix, e.g. a DataError
+storing a message), end the turn failed, once, with a readable error and one line to the chat.
+"""
+
+import logging
+import time
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import InterfaceError, OperationalError, transaction
+
+from agents import selectors
+from agents.llm.base import (
+    ChatMessage,
+    CompletionRequest,
+    CompletionResult,
+    LLMError,
+    PermanentError,
+    RateLimitedError,
+    TransientError,
+    Usage,
+)
+from agents.llm.registry import llm_client_for, request_as_sent
+from agents.models import Message, Thread, Turn
+from agents.services.enqueue import turn_enqueue
+from agents.services.threads import message_create
+from agents.services.turns import ledger
+from agents.services.turns.assembly import context_messages_upper_bound, primary_input_build
+from agents.services.turns.channels import (
+    DeliveryPermanent,
+    DeliveryRetryable,
+    PrepareRetryable,
+    Skip,
+    TextSink,
+    TurnChannel,
+    channel_for,
+)
+from amuxweb.text import storable_text
+
+logger = logging.getLogger(__name__)
+
+EMPTY_ANSWER_RETRY_NOTE = "Your previous answer was empty. Restating the requirement:"
+REST_MESSAGE_MAX_CHARS = 32000
+
+# What turn_run returns (tests, logs, the bench).
+OUTCOME_DELIVERED = "delivered"
+OUTCOME_DELIVERY_FAILED = "delivery_failed"
+OUTCOME_FAILED = "failed"
+OUTCOME_SKIPPED = "skipped"
+OUTCOME_FINISHED = "already_finished"
+
+# Errors that are not the turn's fault and that a later run may not meet: the database went away. They propagate
+# (the task fails, the turn stays open) and the sweeper re-runs the turn; everything else unexpected is poison.
+INFRASTRUCTURE_ERRORS = (OperationalError, InterfaceError, SoftTimeLimitExceeded)
+
+
+def turn_run(*, turn_id: int) -> str:
+    """Run the turn once more if it needs it; its outcome. Raises `TurnRetryLater` when a later try may succeed."""
+    turn = ledger.turn_claim(turn_id=turn_id)
+    if turn is None:
+        return OUTCOME_FINISHED
+    channel = channel_for(thread=turn.thread)
+    try:
+        if turn.reply_message is None:
+            reply = _reply_produce(turn=turn, channel=channel)
+            if reply is None:
+                turn.refresh_from_db(fields=["status"])
+                return str(turn.status)
+            turn.refresh_from_db()
+        return _deliver(turn=turn, channel=channel)
+    except (ledger.TurnRetryLater, *INFRASTRUCTURE_ERRORS):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a poison turn: fail it once, readably, instead of retrying forever
+        error = storable_text(f"Internal error ({type(exc).__name__}): {exc}")
+        logger.exception("poison turn failed", extra={"turn_id": turn.pk, "error_type": type(exc).__name__})
+        if ledger.turn_mark_failed(turn_id=turn.pk, error=error):
+            _tell_failed(channel=channel, turn=turn, status=Turn.Status.FAILED)
+        elif ledger.turn_mark_delivery_failed(turn=turn, error=error):
+            _tell_failed(channel=channel, turn=turn, status=Turn.Status.DELIVERY_FAILED)
+        return OUTCOME_FAILED
+
+
+def _tell_failed(*, channel: TurnChannel, turn: Turn, status: str) -> None:
+    """The one-line notice; a notice that cannot go out is logged, never turned into a second failure."""
+    try:
+        channel.failed(turn=turn, status=status)
+    except Exception:  # noqa: BLE001 - the turn's record is written; the notice is best effort
+        logger.exception("turn failure notice not sent", extra={"turn_id": turn.pk, "status": status})
+
+
+def _retry_or_fail(*, turn: Turn, channel: TurnChannel, error: str, history_started: float, retry_after=None, **kw):
+    """A transient failure before a reply: retry later while attempts remain, else fail (and tell the chat)."""
+    if turn.attempts < ledger.TURN_MAX_ATTEMPTS:
+        countdown = ledger.backoff_seconds(attempt=turn.attempts, retry_after_seconds=retry_after)
+        history = ledger.attempt_entry(
+            turn=turn, outcome="retry", started=history_started, error=error, retry_in=countdown
+        )
+        ledger.turn_requeue(turn=turn, error=error, history=history, **kw)
+        logger.info(
+            "turn will retry",
+            extra={"turn_id": turn.pk, "attempt": turn.attempts, "countdown_seconds": countdown, "error": error},
+        )
+        raise ledger.TurnRetryLater(error, countdown_seconds=countdown, attempt=turn.attempts)
+    error = f"Gave up after {turn.attempts} attempts. Last error: {error}"
+    history = ledger.attempt_entry(turn=turn, outcome="failed", started=history_started, error=error)
+    if ledger.turn_mark_failed(turn_id=turn.pk, error=error, history=history, **kw):
+        _tell_failed(channel=channel, turn=turn, status=Turn.Status.FAILED)
+
+
+def _prepare(*, turn: Turn, channel: TurnChannel, started: float) -> Turn | None:
+    """Step 2: the recorded prompt; None when the turn ended (skipped or failed)."""
+    if turn.user_message is not None:
+        return turn
+    try:
+        prepared = channel.prepare(turn=turn)
+    except PrepareRetryable as exc:
+        _retry_or_fail(turn=turn, channel=channel, error=storable_text(str(exc)), history_started=started)
+        return None
+    if isinstance(prepared, Skip):
+        if ledger.turn_mark_skipped(turn=turn, reason=prepared.reason) and prepared.notice:
+            try:
+                channel.notice(turn=turn, text=prepared.notice, purpose="turn_skipped")
+            except Exception:  # noqa: BLE001 - see _tell_failed
+                logger.exception("turn skip notice not sent", extra={"turn_id": turn.pk})
+        return None
+    return ledger.turn_prepared_store(
+        turn=turn,
+        content=prepared.content,
+        prompt=prepared.prompt,
+        author=prepared.author,
+        context_decision_id=prepared.context_decision_id,
+        channel_state=prepared.channel_state,
+    )
+
+
+def _complete(
+    *, client, request: CompletionRequest, activation_contract: str, on_text: TextSink | None
+) -> CompletionResult:
+    """One call; when the contract demands a message and the answer is empty, exactly one more (P9).
+
+    `on_text` receives the answer's text as it arrives; the adapters answer whole today, so it gets it once.
+    """
+    result = client.complete(request)
+    if not result.text.strip() and activation_contract:
+        restated = ChatMessage(role="user", content=f"{EMPTY_ANSWER_RETRY_NOTE}\n{activation_contract}")
+        retry = client.complete(
+            CompletionRequest(
+                model=request.model,
+                messages=(*request.messages, restated),
+                tools=request.tools,
+                forced_tool=request.forced_tool,
+                max_output_tokens=request.max_output_tokens,
+                temperature=request.temperature,
+            )
+        )
+        result = CompletionResult(
+            text=retry.text,
+            tool_calls=retry.tool_calls,
+            usage=Usage(
+                input_tokens=result.usage.input_tokens + retry.usage.input_tokens,
+                output_tokens=result.usage.output_tokens + retry.usage.output_tokens,
+            ),
+            raw_finish_reason=retry.raw_finish_reason,
+        )
+    if on_text is not None and result.text:
+        on_text(result.text)
+    return result
+
+
+def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Message | None:
+    """Steps 2-4: the stored reply, or None when the turn ended without one."""
+    started = time.monotonic()
+    prepared = _prepare(turn=turn, channel=channel, started=started)
+    if prepared is None:
+        return None
+    turn = prepared
+    model = turn.bot.primary_model
+    activation_contract = channel.activation_contract(turn=turn)
+    channel.started(turn=turn)
+    # Only messages older than the turn's own user message are context, and no more of them than could fit the
+    # window: the thread's length never decides what a turn loads.
+    context = selectors.context_messages_list(
+        thread=turn.thread,
+        before_id=turn.user_message.pk,
+        limit=context_messages_upper_bound(context_window=model.context_window),
+    )
+    primary = primary_input_build(
+        model=model,
+        system_prompt=turn.bot.system_prompt,
+        context=context,
+        user_prompt=turn.user_message.prompt or turn.user_message.content,
+        activation_contract=activation_contract,
+    )
+    model_input: dict = {
+        "provider": model.provider.name,
+        "kind": model.provider.kind,
+        "model": model.name,
+        "context_message_ids": primary.context_message_ids,
+        "dropped_context_messages": primary.dropped_context_messages,
+        "context_budget_tokens": primary.budget_tokens,
+        "messages": [{"role": message.role, "content": message.content} for message in primary.request.messages],
+    }
+    try:
+        if not turn.bot.is_enabled:
+            raise PermanentError(f"The bot {turn.bot.slug} is disabled.")
+        if not (model.is_enabled and model.provider.is_enabled):
+            raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
+        client = llm_client_for(model=model)
+        model_input["request"] = request_as_sent(client=client, request=primary.request)
+        called = time.monotonic()
+        try:
+            result = _complete(
+                client=client,
+                request=primary.request,
+                activation_contract=activation_contract,
+                on_text=channel.stream_sink(turn=turn),
+            )
+        except SoftTimeLimitExceeded as exc:
+            # The task's soft limit hit mid-call (a slow provider, SDK retries, the P9 second call): a transient
+            # fault like a timeout, never a task left failed with the turn running.
+            raise TransientError("The provider call ran past the task's soft time limit.") from exc
+    except LLMError as exc:
+        error = storable_text(f"{type(exc).__name__}: {exc.message}")  # provider text is outside text (L3)
+        if exc.retryable:
+            retry_after = exc.retry_after_seconds if isinstance(exc, RateLimitedError) else None
+            _retry_or_fail(
+                turn=turn,
+                channel=channel,
+                error=error,
+                history_started=started,
+                retry_after=retry_after,
+                model_input=model_input,
+            )
+            return None
+        history = ledger.attempt_entry(turn=turn, outcome="failed", started=started, error=error)
+        if ledger.turn_mark_failed(turn_id=turn.pk, error=error, history=history, model_input=model_input):
+            _tell_failed(channel=channel, turn=turn, status=Turn.Status.FAILED)
+        return None
+
+    model_duration_ms = int((time.monotonic() - called) * 1000)
+    if not result.text.strip():
+        error = "The model answered with no text."
+        history = ledger.attempt_entry(turn=turn, outcome="failed", started=started, error=error)
+        if ledger.turn_mark_failed(turn_id=turn.pk, error=error, history=history, model_input=model_input):
+            _tell_failed(channel=channel, turn=turn, status=Turn.Status.FAILED)
+        return None
+    usage = {
+        "input_tokens": result.usage.input_tokens,
+        "output_tokens": result.usage.output_tokens,
+        "model": model.name,
+        "provider": model.provider.name,
+        "model_duration_ms": model_duration_ms,
+        "finish_reason": storable_text(result.raw_finish_reason or ""),
+    }
+    history = ledger.attempt_entry(turn=turn, outcome="ok", started=started)
+    reply, won = ledger.turn_reply_store(
+        turn=turn, text=result.text, usage=usage, model_input=model_input, history=history
+    )
+    if won:
+        logger.info(
+            "turn replied",
+            extra={
+                "turn_id": turn.pk,
+                "bot": turn.bot.slug,
+                "thread_id": turn.thread_id,
+                "attempts": turn.attempts,
+                "input_tokens": usage["input_tokens"],
+                "output_tokens": usage["output_tokens"],
+                "model_duration_ms": model_duration_ms,
+            },
+        )
+    return reply
+
+
+def _deliver(*, turn: Turn, channel: TurnChannel) -> str:
+    """Step 5: deliver the stored reply through the channel (same uuids every time)."""
+    attempt = ledger.turn_delivery_attempt_count(turn=turn)
+    try:
+        try:
+            channel.deliver(turn=turn, reply=turn.reply_message)
+        except SoftTimeLimitExceeded as exc:
+            raise DeliveryRetryable("The delivery ran past the task's soft time limit.") from exc
+    except DeliveryRetryable as exc:
+        error = storable_text(f"Delivery failed: {exc}")
+        if attempt < ledger.DELIVERY_MAX_ATTEMPTS:
+            countdown = ledger.delivery_backoff_seconds(attempt=attempt)
+            ledger.turn_delivery_error_note(turn=turn, error=error)
+            logger.info(
+                "turn delivery will retry",
+                extra={"turn_id": turn.pk, "delivery_attempt": attempt, "countdown_seconds": countdown},
+            )
+            raise ledger.TurnRetryLater(error, countdown_seconds=countdown, attempt=attempt) from exc
+        error = f"Gave up after {attempt} delivery attempts. Last error: {error}"
+        if ledger.turn_mark_delivery_failed(turn=turn, error=error):
+            _tell_failed(channel=channel, turn=turn, status=Turn.Status.DELIVERY_FAILED)
+        return OUTCOME_DELIVERY_FAILED
+    except DeliveryPermanent as exc:
+        if ledger.turn_mark_delivery_failed(turn=turn, error=storable_text(f"Delivery refused: {exc}")):
+            _tell_failed(channel=channel, turn=turn, status=Turn.Status.DELIVERY_FAILED)
+        return OUTCOME_DELIVERY_FAILED
+    ledger.turn_mark_delivered(turn=turn)
+    logger.info("turn delivered", extra={"turn_id": turn.pk, "bot": turn.bot.slug, "delivery_attempt": attempt})
+    return OUTCOME_DELIVERED
+
+
+def rest_message_post(*, thread: Thread, content: str, author: str = "") -> tuple[Message, Turn]:
+    """REST chat: store the user message (mask from the thread, V4), create its turn, run it after commit."""
+    with transaction.atomic():
+        message = message_create(
+            thread=thread, kind=Message.Kind.USER_MESSAGE, content=storable_text(content), author=author
+        )
+        turn, _ = ledger.turn_get_or_create(
+            bot=thread.bot,
+            thread=thread,
+            trigger=Turn.Trigger.REST,
+            source_message_id=f"rest:{message.pk}",
+            user_message=message,
+        )
+        transaction.on_commit(lambda: turn_enqueue(turn_id=turn.pk))
+    return message, turn

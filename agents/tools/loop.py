@@ -1,0 +1,221 @@
+"""The bounded tool loop of a turn (ARCHITECTURE M2), independent of the ORM and of MCP.
+
+    result, calls = tool_loop_run(client=..., request=..., tools=..., limits=..., completed_calls=..., record=...)
+
+The model gets `tools` (their `ToolSpec`s; each adapter puts them in its provider's native format) and may
+call them for at most `limits.max_steps` steps within `limits.time_budget_seconds`; each call runs with
+`limits.call_timeout_seconds` (never past the budget). A step's results go back to the model in the native
+tool-result format. When the model answers without calling a tool, that is the answer. When a limit is hit,
+the model is asked once more WITHOUT tools, with the tool results so far as plain text (a history holding
+native tool-use blocks but no tool definitions is refused by some providers), so every turn ends in text.
+
+Invariants:
+- Only the tools handed in can run: a call to any other name is refused, recorded, and the model told so.
+- Every call is passed to `record` as soon as it has finished, before the next call and the next step.
+- `completed_calls` (what a previous run of the same turn recorded) is replayed, not re-run: its steps are
+  rebuilt into the conversation from the record, and the loop continues with the next step. A call that was
+  in flight when that run died was never recorded, so the model may ask for it again: it can run twice.
+  The budget counts the replayed calls' recorded durations.
+"""
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, LLMClient, ToolCall, ToolSpec, Usage
+from agents.mcp.errors import McpError, McpTimeoutError
+from amuxweb.text import storable_json, storable_text
+
+logger = logging.getLogger(__name__)
+
+Status = Literal["ok", "error", "refused", "timeout"]
+
+FINAL_ANSWER_INSTRUCTION = (
+    "The tool budget of this turn is used up ({reason}). Answer the request now from what you have; "
+    "no more tools can be called."
+)
+TOOL_RESULTS_HEADER = "[Tool results of this turn]"
+REFUSED_MESSAGE = "Tool {name!r} is not available to you: it is not in this bot's allowed tools."
+BAD_ARGUMENTS_MESSAGE = "Tool {name!r} was not run: its arguments must be a JSON object."
+ERROR_MESSAGE = "Tool {name!r} failed: {error}"
+
+
+@dataclass(frozen=True)
+class ToolLimits:
+    max_steps: int
+    time_budget_seconds: float
+    call_timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class LoopTool:
+    """A tool the model may call: its spec (spec.name is the name the model sees) and how to run it.
+
+    `run(arguments, timeout_seconds)` returns the text for the model (already storable, redacted and capped)
+    and a flag saying whether the tool itself reported an error; it raises McpError on a failed call.
+    """
+
+    spec: ToolSpec
+    server: str
+    tool: str
+    run: Callable[[dict[str, Any], float], tuple[str, bool]]
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    step: int  # 1..max_steps
+    index: int  # position of the call in its step
+    call_id: str
+    name: str  # the name the model called
+    server: str
+    tool: str
+    arguments: dict[str, Any] | str
+    result: str  # what the model got back
+    status: Status
+    duration_ms: int
+    error: str = ""
+
+
+def replayed_messages(records: Sequence[ToolCallRecord]) -> list[ChatMessage]:
+    """A previous run's steps as the assistant tool-call / tool-result messages the model saw then."""
+    messages: list[ChatMessage] = []
+    for step in sorted({record.step for record in records}):
+        in_step = sorted((r for r in records if r.step == step), key=lambda r: r.index)
+        calls = tuple(ToolCall(name=r.name, arguments=r.arguments, id=r.call_id) for r in in_step)
+        messages.append(ChatMessage(role="assistant", content="", tool_calls=calls))
+        messages.extend(ChatMessage(role="tool", content=r.result, tool_call_id=r.call_id) for r in in_step)
+    return messages
+
+
+def final_request(*, request: CompletionRequest, records: Sequence[ToolCallRecord], reason: str) -> CompletionRequest:
+    lines = [TOOL_RESULTS_HEADER]
+    for record in records:
+        arguments = record.arguments if isinstance(record.arguments, str) else json.dumps(record.arguments)
+        lines.append(f"- {record.name}({arguments}) [{record.status}]: {record.result}")
+    text = "\n".join(lines) + "\n\n" + FINAL_ANSWER_INSTRUCTION.format(reason=reason)
+    return replace(request, tools=(), forced_tool="", messages=request.messages + (ChatMessage("user", text),))
+
+
+def added_usage(total: Usage, more: Usage) -> Usage:
+    return Usage(
+        input_tokens=total.input_tokens + more.input_tokens, output_tokens=total.output_tokens + more.output_tokens
+    )
+
+
+def tool_call_run(
+    *, call: ToolCall, step: int, index: int, tools: dict[str, LoopTool], timeout_seconds: float, clock: Callable
+) -> ToolCallRecord:
+    """One call: refused when not allowed, rejected when its arguments are not an object, else run."""
+    tool = tools.get(call.name)
+    arguments = (
+        storable_json(call.arguments) if isinstance(call.arguments, dict) else storable_text(str(call.arguments))
+    )
+    base = {"step": step, "index": index, "call_id": call.id, "name": call.name, "arguments": arguments}
+    if tool is None:
+        message = REFUSED_MESSAGE.format(name=call.name)
+        return ToolCallRecord(**base, server="", tool=call.name, result=message, status="refused", duration_ms=0)
+    where = {"server": tool.server, "tool": tool.tool}
+    if not isinstance(arguments, dict):
+        message = BAD_ARGUMENTS_MESSAGE.format(name=call.name)
+        return ToolCallRecord(**base, **where, result=message, status="error", duration_ms=0, error=message)
+    started = clock()
+    try:
+        text, is_error = tool.run(arguments, timeout_seconds)
+    except McpError as error:
+        status: Status = "timeout" if isinstance(error, McpTimeoutError) else "error"
+        duration_ms = int((clock() - started) * 1000)
+        result = ERROR_MESSAGE.format(name=call.name, error=error.message)
+        return ToolCallRecord(
+            **base, **where, result=result, status=status, duration_ms=duration_ms, error=error.message
+        )
+    duration_ms = int((clock() - started) * 1000)
+    return ToolCallRecord(
+        **base,
+        **where,
+        result=text,
+        status="error" if is_error else "ok",
+        duration_ms=duration_ms,
+        error="the tool reported an error" if is_error else "",
+    )
+
+
+def tool_loop_run(
+    *,
+    client: LLMClient,
+    request: CompletionRequest,
+    tools: Sequence[LoopTool],
+    limits: ToolLimits,
+    completed_calls: Sequence[ToolCallRecord] = (),
+    record: Callable[[ToolCallRecord], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[CompletionResult, list[ToolCallRecord]]:
+    """Run the loop; returns the final answer (usage summed over every model call) and every call in order."""
+    if not tools and not completed_calls:
+        return client.complete(request), []
+    by_name = {tool.spec.name: tool for tool in tools}
+    calls = sorted(completed_calls, key=lambda r: (r.step, r.index))
+    messages = list(request.messages) + replayed_messages(calls)
+    deadline = clock() + limits.time_budget_seconds - sum(r.duration_ms for r in calls) / 1000
+    usage = Usage()
+    step = max((r.step for r in calls), default=0)
+    reason = f"at most {limits.max_steps} tool steps"
+    while step < limits.max_steps:
+        if clock() >= deadline:
+            reason = f"the time budget of {limits.time_budget_seconds:g} s"
+            break
+        step += 1
+        result = client.complete(
+            replace(request, messages=tuple(messages), tools=tuple(tool.spec for tool in tools), forced_tool="")
+        )
+        usage = added_usage(usage, result.usage)
+        if not result.tool_calls:
+            return replace(result, usage=usage), calls
+        messages.append(ChatMessage(role="assistant", content=result.text, tool_calls=result.tool_calls))
+        for index, call in enumerate(result.tool_calls):
+            remaining = deadline - clock()
+            if remaining <= 0:
+                done = ToolCallRecord(
+                    step=step,
+                    index=index,
+                    call_id=call.id,
+                    name=call.name,
+                    server=by_name[call.name].server if call.name in by_name else "",
+                    tool=by_name[call.name].tool if call.name in by_name else call.name,
+                    arguments=call.arguments if isinstance(call.arguments, dict) else str(call.arguments),
+                    result=f"Tool {call.name!r} was not run: the turn's time budget is used up.",
+                    status="timeout",
+                    duration_ms=0,
+                    error="time budget used up",
+                )
+            else:
+                done = tool_call_run(
+                    call=call,
+                    step=step,
+                    index=index,
+                    tools=by_name,
+                    timeout_seconds=min(limits.call_timeout_seconds, remaining),
+                    clock=clock,
+                )
+            record(done)
+            calls.append(done)
+            messages.append(ChatMessage(role="tool", content=done.result, tool_call_id=call.id))
+            logger.info(
+                "tool call",
+                extra={
+                    "step": step,
+                    "index": index,
+                    "server": done.server,
+                    "tool": done.tool,
+                    "status": done.status,
+                    "duration_ms": done.duration_ms,
+                },
+            )
+    if clock() >= deadline:
+        reason = f"the time budget of {limits.time_budget_seconds:g} s"
+    result = client.complete(final_request(request=request, records=calls, reason=reason))
+    usage = added_usage(usage, result.usage)
+    # No tools were offered: a tool call in this answer is a provider quirk and is dropped, the text stands.
+    return replace(result, tool_calls=(), usage=usage), calls

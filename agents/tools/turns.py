@@ -1,0 +1,203 @@
+"""The tool loop run for one Turn: its bot's MCP servers as tools, its calls recorded as TurnToolCall rows.
+
+    result, calls = turn_tools_run(turn=turn, client=client, request=request)
+
+is what the turn pipeline calls where it made its one `client.complete(request)`: without enabled servers,
+or with a primary model that cannot call tools, it is exactly that one call. Otherwise:
+- each enabled server is connected (the per-process pool) and its tools filtered by the server's allowlist
+  (empty: none); the model sees them as `<server>__<tool>`;
+- a server that cannot be reached is recorded as a step-0 row (status error) and skipped when its
+  `on_failure` is "continue", or ends the turn with `ToolServerUnavailableError` when it is "fail";
+- the limits are the hub's settings, tightened by any enabled server's own values;
+- calls a previous run of this turn recorded are replayed from the rows, never re-run (see agents.tools.loop).
+
+Tool activity lives only in TurnToolCall rows: nothing here writes a Message, a thread-context item or the
+turn's reply (M3); the caller stores `result.text` as the one agent_reply.
+"""
+
+import json
+import logging
+import re
+from collections.abc import Sequence
+
+from django.conf import settings
+
+from agents.llm.base import CompletionRequest, CompletionResult, LLMClient, ToolSpec
+from agents.mcp.client import McpConnection, mcp_connection
+from agents.mcp.config import McpServerConfig
+from agents.mcp.errors import McpError
+from agents.mcp.output import redacted, tool_output_text
+from agents.mcp.services import bot_secrets, mcp_server_config, mcp_servers_enabled
+from agents.models import McpServer, Turn, TurnToolCall
+from agents.tools.loop import LoopTool, ToolCallRecord, ToolLimits, tool_loop_run
+from amuxweb.text import storable_text
+
+logger = logging.getLogger(__name__)
+
+SETUP_STEP = 0
+MAX_TOOL_NAME_CHARS = 64  # the strictest provider limit (OpenAI, Gemini)
+MAX_DESCRIPTION_CHARS = 1024
+
+
+class ToolServerUnavailableError(Exception):
+    """A server whose on_failure is "fail" could not be reached: the turn fails with this readable message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def exposed_tool_name(*, server: str, tool: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}__{tool}")[:MAX_TOOL_NAME_CHARS]
+
+
+def tool_limits(*, servers: Sequence[McpServer]) -> ToolLimits:
+    """The hub's limits, tightened by any server's own (the strictest wins: each protects its own costs)."""
+    steps = [int(settings.AMUX_TOOL_MAX_STEPS)] + [s.max_steps for s in servers if s.max_steps is not None]
+    budget = [float(settings.AMUX_TOOL_TIME_BUDGET_SECONDS)] + [
+        s.time_budget_seconds for s in servers if s.time_budget_seconds is not None
+    ]
+    return ToolLimits(
+        max_steps=min(steps),
+        time_budget_seconds=min(budget),
+        call_timeout_seconds=float(settings.AMUX_TOOL_CALL_TIMEOUT_SECONDS),
+    )
+
+
+def mcp_tool_runner(*, config: McpServerConfig, tool: str, secrets: tuple[str, ...]):
+    def run(arguments: dict, timeout_seconds: float) -> tuple[str, bool]:
+        # A crashed server's connection is dead: the pool starts the server again for the next call.
+        connection = mcp_connection(config=config)
+        result = connection.call_tool(
+            tool, arguments, timeout_seconds=min(timeout_seconds, config.call_timeout_seconds)
+        )
+        text = tool_output_text(
+            blocks=result.blocks,
+            structured=result.structured,
+            secrets=secrets,
+            max_chars=int(settings.AMUX_TOOL_RESULT_MAX_CHARS),
+        )
+        return text, result.is_error
+
+    return run
+
+
+def loop_tools(
+    *, servers: Sequence[McpServer], secrets: tuple[str, ...], failures: list[tuple[McpServer, str]]
+) -> list[LoopTool]:
+    """The allowed tools of every reachable server; each unreachable one is appended to `failures`."""
+    tools: list[LoopTool] = []
+    for server in servers:
+        allowed = {str(name) for name in server.allowed_tools or ()}
+        if not allowed:
+            continue  # an empty allowlist allows nothing: do not even start the server
+        config = mcp_server_config(server=server)
+        try:
+            connection: McpConnection = mcp_connection(config=config)
+        except McpError as error:
+            failures.append((server, redacted(error.message, secrets=secrets)))
+            continue
+        for tool in connection.tools:
+            if tool.name not in allowed:
+                continue
+            spec = ToolSpec(
+                name=exposed_tool_name(server=server.name, tool=tool.name),
+                description=redacted(storable_text(tool.description), secrets=secrets)[:MAX_DESCRIPTION_CHARS],
+                parameters=tool.input_schema or {"type": "object", "properties": {}},
+            )
+            tools.append(
+                LoopTool(
+                    spec=spec,
+                    server=server.name,
+                    tool=tool.name,
+                    run=mcp_tool_runner(config=config, tool=tool.name, secrets=secrets),
+                )
+            )
+    return tools
+
+
+def turn_tool_call_record(*, turn: Turn, call: ToolCallRecord, secrets: tuple[str, ...] = ()) -> TurnToolCall:
+    """Write one call (idempotent on turn, step, index: a re-run that reaches the same slot overwrites it).
+
+    Everything is redacted once more: the arguments are the model's, and nothing guarantees they hold no secret.
+    """
+    arguments = call.arguments if isinstance(call.arguments, dict) else {"raw": call.arguments}
+    arguments = json.loads(redacted(json.dumps(arguments), secrets=secrets))
+    row, _ = TurnToolCall.objects.update_or_create(
+        turn=turn,
+        step=call.step,
+        index=call.index,
+        defaults={
+            "call_id": call.call_id[:200],
+            "server": call.server,
+            "tool": call.tool[:200],
+            "arguments": arguments,
+            "result": redacted(call.result, secrets=secrets),
+            "status": call.status,
+            "duration_ms": call.duration_ms,
+            "error": redacted(call.error, secrets=secrets),
+        },
+    )
+    return row
+
+
+def turn_tool_calls_completed(*, turn: Turn) -> list[ToolCallRecord]:
+    """The calls a previous run of `turn` recorded (set-up rows excluded), as the loop replays them."""
+    rows = TurnToolCall.objects.filter(turn=turn, step__gt=SETUP_STEP).order_by("step", "index")
+    return [
+        ToolCallRecord(
+            step=row.step,
+            index=row.index,
+            call_id=row.call_id,
+            name=exposed_tool_name(server=row.server, tool=row.tool) if row.server else row.tool,
+            server=row.server,
+            tool=row.tool,
+            arguments=row.arguments.get("raw", "") if set(row.arguments) == {"raw"} else row.arguments,
+            result=row.result,
+            status=row.status,
+            duration_ms=row.duration_ms,
+            error=row.error,
+        )
+        for row in rows
+    ]
+
+
+def turn_tools_run(
+    *, turn: Turn, client: LLMClient, request: CompletionRequest
+) -> tuple[CompletionResult, list[ToolCallRecord]]:
+    bot = turn.bot
+    servers = list(mcp_servers_enabled(bot=bot))
+    if not servers or not bot.primary_model.supports_tool_calls:
+        return client.complete(request), []
+    secrets = bot_secrets(bot=bot)
+    failures: list[tuple[McpServer, str]] = []
+    tools = loop_tools(servers=servers, secrets=secrets, failures=failures)
+    for position, (server, message) in enumerate(failures):
+        turn_tool_call_record(
+            turn=turn,
+            call=ToolCallRecord(
+                step=SETUP_STEP,
+                index=position,
+                call_id="",
+                name="",
+                server=server.name,
+                tool="(connect)",
+                arguments={},
+                result="",
+                status="error",
+                duration_ms=0,
+                error=message,
+            ),
+            secrets=secrets,
+        )
+        logger.warning("mcp server unavailable", extra={"turn_id": turn.pk, "server": server.name, "error": message})
+        if server.on_failure == McpServer.OnFailure.FAIL:
+            raise ToolServerUnavailableError(f"The tool server {server.name!r} is unavailable: {message}")
+    return tool_loop_run(
+        client=client,
+        request=request,
+        tools=tools,
+        limits=tool_limits(servers=servers),
+        completed_calls=turn_tool_calls_completed(turn=turn),
+        record=lambda call: turn_tool_call_record(turn=turn, call=call, secrets=secrets),
+    )

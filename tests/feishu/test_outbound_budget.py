@@ -1,0 +1,148 @@
+"""R4: one send budget per chat (5/s, shared by every bot of the hub) and per app (50/s), in Redis (one Lua
+script for every worker and node) and in the database on the embedded default; final sends wait, never drop;
+intermediate updates are refused at once so the caller merges them."""
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+import redis
+from django.db import connection
+
+from amuxweb.feishu import client as feishu_client
+from amuxweb.feishu.models import SendBudgetBucket
+from amuxweb.feishu.outbound.budget import bucket_take, send_budget_acquire, send_budget_try
+
+BOTS = 3
+SENDS_PER_BOT = 10
+CHAT = "oc_shared_group"
+
+
+@pytest.fixture
+def private_redis():
+    """A redis-server of this test's own on a free port: the machine's shared Redis is never written."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is needed for the Redis budget test (apt-get install redis-server)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                process.kill()
+                raise
+            time.sleep(0.05)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def test_r4_bucket_take_refills_by_rate_and_takes_from_both_buckets_or_neither():
+    # given: the chat's bucket is empty, the app's full
+    # when
+    wait, levels = bucket_take(tokens=[0.0, 1.0], refilled_at=[10.0, 10.0], rates=[5.0, 50.0], now=10.1)
+    # then: wait for the chat's token (0.5 of one at 5/s = 0.1 s), nothing taken from the app
+    assert wait == pytest.approx(0.1)
+    assert levels == pytest.approx([0.5, 1.0])
+    # and once refilled, both are taken
+    assert bucket_take(tokens=[0.0, 1.0], refilled_at=[10.0, 10.0], rates=[5.0, 50.0], now=10.2) == (
+        0.0,
+        pytest.approx([0.0, 0.0]),
+    )
+
+
+def _three_bots_send_into_one_chat(bots, stub) -> float:
+    errors: list[BaseException] = []
+
+    def sender(bot) -> None:
+        try:
+            for index in range(SENDS_PER_BOT):
+                send_budget_acquire(chat_id=CHAT, app_id=bot.feishu_app_id)
+                feishu_client.message_create(
+                    bot=bot, chat_id=CHAT, text=f"{bot.slug} {index}", uuid=f"{bot.slug}-{index}"
+                )
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sender, args=(bot,)) for bot in bots]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    return time.monotonic() - started
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("backend", ["database", "redis"])
+def test_r4_three_bots_ten_sends_into_one_chat_never_exceed_5_per_second_at_feishu(
+    request, settings, feishu_stub, make_feishu_bot, backend
+):
+    # given: three bots (three apps) sharing one group, each in its own worker thread
+    settings.REDIS_URL = request.getfixturevalue("private_redis") if backend == "redis" else ""
+    bots = [make_feishu_bot() for _ in range(BOTS)]
+    # when
+    elapsed = _three_bots_send_into_one_chat(bots, feishu_stub)
+    # then: all 30 delivered, none refused by Feishu, never more than 5 in any second, in bounded time
+    creates = feishu_stub.requests_to("create")
+    assert len(feishu_stub.accepted("create")) == BOTS * SENDS_PER_BOT
+    assert [r for r in creates if r.status != 200] == []
+    assert feishu_stub.max_per_second(creates) <= 5
+    assert 5.0 <= elapsed <= 15.0  # 30 sends at 4.5/s take ~6.4 s
+    stored = SendBudgetBucket.objects.filter(key=f"chat:{CHAT}").exists()
+    assert stored is (backend == "database")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("backend", ["database", "redis"])
+def test_r4_try_never_waits_and_refuses_while_the_chat_is_spent(request, settings, backend):
+    # given
+    settings.REDIS_URL = request.getfixturevalue("private_redis") if backend == "redis" else ""
+    assert send_budget_try(chat_id="oc_busy", app_id="cli_a") is True
+    # when
+    started = time.monotonic()
+    refused = send_budget_try(chat_id="oc_busy", app_id="cli_b")
+    took = time.monotonic() - started
+    # then: the chat is shared across apps; another chat is free
+    assert (refused, took < 0.1) == (False, True)
+    assert send_budget_try(chat_id="oc_other", app_id="cli_c") is True
+
+
+@pytest.mark.django_db
+def test_r4_acquire_waits_for_the_next_token_and_never_drops_the_send(settings):
+    # given
+    settings.REDIS_URL = ""
+    send_budget_acquire(chat_id="oc_wait", app_id="cli_a")
+    # when
+    waited = send_budget_acquire(chat_id="oc_wait", app_id="cli_a")
+    # then: one token per 1 / (5 * 0.9) s
+    assert 0.15 <= waited <= 0.5
+
+
+@pytest.mark.django_db
+def test_r4_the_app_budget_holds_across_chats(settings):
+    # given: one app sending into many chats at once
+    settings.REDIS_URL = ""
+    settings.FEISHU_APP_SENDS_PER_SECOND = 2
+    # when
+    results = [send_budget_try(chat_id=f"oc_{n}", app_id="cli_busy") for n in range(3)]
+    # then
+    assert results == [True, False, False]

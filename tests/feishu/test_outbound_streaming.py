@@ -1,0 +1,237 @@
+"""R3: the streaming card, through the real lark-oapi client against the local Feishu's CardKit: one card and
+one reply per answer, strictly increasing sequences, at most 10 updates per second per card, the final card
+text is the whole answer, a re-run resumes the same card, a refused card falls back to one plain reply, and
+a new card takes over before the streaming limit."""
+
+import copy
+import json
+import time
+
+import pytest
+
+from amuxweb.feishu.outbound.streaming import StreamingCard, StreamState
+
+pytestmark = pytest.mark.django_db
+
+CARD_ROUTES = ("card_content", "card_settings")
+# The chat's send budget refills a token every ~0.22 s; waiting this long lets the next update through.
+BUDGET_INTERVAL_SECONDS = 0.3
+
+
+def _card(bot, stored: list[dict], *, state: StreamState | None = None, **options) -> StreamingCard:
+    def on_state(current: StreamState) -> None:
+        stored.append(copy.deepcopy(current.as_dict()))
+
+    return StreamingCard(
+        bot=bot,
+        chat_id="oc_group",
+        reply_to_message_id="om_src",
+        reply_in_thread=True,
+        uuid_base="amux-answer-1",
+        on_state=on_state,
+        state=state,
+        **options,
+    )
+
+
+def _shown(card: StreamingCard, text: str) -> None:
+    """Feed `text` once the budget has a token again, so this update is really sent."""
+    time.sleep(BUDGET_INTERVAL_SECONDS)
+    card.update(text)
+
+
+def _card_requests(stub, card_id: str):
+    return [r for r in stub.requests if r.route in CARD_ROUTES and r.path.split("/")[5] == card_id]
+
+
+def _answer(words: int) -> str:
+    return " ".join(f"**w{n}**" if n % 7 == 0 else f"w{n}" for n in range(words))
+
+
+def test_r3_a_streamed_answer_is_one_card_in_one_reply_ending_with_the_whole_text(feishu_stub, make_feishu_bot):
+    # given: a fast model, a word every 2 ms
+    bot = make_feishu_bot()
+    stored: list[dict] = []
+    card = _card(bot, stored, interval_ms=100)
+    text = _answer(500)
+    words = text.split(" ")
+    # when
+    for count in range(1, len(words) + 1):
+        card.update(" ".join(words[:count]))
+        time.sleep(0.002)
+    state = card.finish(text)
+    # then: one card, one reply carrying it, in the topic
+    [create] = feishu_stub.accepted("card_create")
+    assert json.loads(create.body["data"])["config"]["streaming_mode"] is True
+    [reply] = feishu_stub.sent
+    assert (reply["msg_type"], reply["reply_in_thread"], reply["uuid"]) == ("interactive", True, "amux-answer-1-c0")
+    assert json.loads(reply["content"]) == {"type": "card", "data": {"card_id": state.card_id}}
+    # sequences strictly increase, every call was accepted, the last one closed streaming
+    calls = _card_requests(feishu_stub, state.card_id)
+    sequences = [call.body["sequence"] for call in calls]
+    assert sequences == sorted(set(sequences)) and len(calls) >= 4
+    assert {(call.status, call.code) for call in calls} == {(200, 0)}
+    assert calls[-1].route == "card_settings"
+    assert feishu_stub.cards[state.card_id]["streaming"] is False
+    assert feishu_stub.card_text(state.card_id) == text
+    # the state was reported before each call and ends finished
+    assert stored[-1] == {**state.as_dict(), "is_finished": True}
+    assert (state.message_id, state.sequence) == (reply["message_id"], sequences[-1])
+
+
+def test_r3_updates_per_second_per_card_stay_at_most_10_under_a_fast_producer_with_an_idle_budget(
+    feishu_stub, make_feishu_bot, mocker
+):
+    # given: the budget never says no, the throttle alone keeps the pace; a character every millisecond
+    mocker.patch("amuxweb.feishu.outbound.streaming.send_budget_try", return_value=True)
+    bot = make_feishu_bot()
+    card = _card(bot, [], interval_ms=0, update_chars=1)
+    text = "x" * 1500
+    # when
+    started = time.monotonic()
+    for count in range(1, len(text) + 1):
+        card.update(text[:count])
+        time.sleep(0.001)
+    state = card.finish(text)
+    elapsed = time.monotonic() - started
+    # then
+    calls = _card_requests(feishu_stub, state.card_id)
+    assert feishu_stub.max_per_second(calls) <= 10
+    assert len(calls) >= 8 * elapsed - 2  # and it did stream at about that pace, not once at the end
+    assert [c.status for c in calls] == [200] * len(calls)
+    assert feishu_stub.card_text(state.card_id) == text
+
+
+def test_r3_a_rerun_from_the_stored_state_continues_on_the_same_card(feishu_stub, make_feishu_bot):
+    # given: a worker streamed part of the answer, stored its state, then died
+    bot = make_feishu_bot()
+    stored: list[dict] = []
+    first = _card(bot, stored)
+    first.update("The answer begins")
+    _shown(first, "The answer begins")
+    crashed_at = StreamState.from_dict(stored[-1])
+    # when: the re-run streams the answer again and finishes it
+    second = _card(bot, stored, state=crashed_at)
+    second.update("The answer begins")
+    _shown(second, "The answer begins and goes on")
+    state = second.finish("The answer begins and goes on to the end.")
+    # then: still one card and one reply; sequences increase across both runs
+    assert len(feishu_stub.accepted("card_create")) == 1
+    assert len(feishu_stub.sent) == 1
+    assert state.card_id == crashed_at.card_id and state.message_id == crashed_at.message_id
+    sequences = [call.body["sequence"] for call in _card_requests(feishu_stub, state.card_id)]
+    assert sequences == sorted(set(sequences))
+    assert feishu_stub.card_text(state.card_id) == "The answer begins and goes on to the end."
+
+
+def test_r3_a_crash_between_the_reply_and_storing_its_id_posts_no_second_reply(feishu_stub, make_feishu_bot):
+    # given: the card id was stored, the reply went out, the worker died before storing the reply's id
+    bot = make_feishu_bot()
+    stored: list[dict] = []
+    _card(bot, stored).update("Hello")
+    card_stored = next(snapshot for snapshot in stored if snapshot["card_id"] and not snapshot["message_id"])
+    [first_reply] = feishu_stub.sent
+    # when
+    state = _card(bot, [], state=StreamState.from_dict(card_stored)).finish("Hello world")
+    # then: the reply was asked again with the same uuid and Feishu posted nothing new
+    assert len(feishu_stub.requests_to("reply")) == 2
+    assert feishu_stub.sent == [first_reply]
+    assert state.message_id == first_reply["message_id"]
+    assert feishu_stub.card_text(state.card_id) == "Hello world"
+
+
+def test_r3_a_refused_card_falls_back_to_one_plain_reply_with_the_whole_text(feishu_stub, make_feishu_bot):
+    # given
+    bot = make_feishu_bot()
+    feishu_stub.fail_next("card_create", status=400, code=300100, msg="card refused")
+    stored: list[dict] = []
+    card = _card(bot, stored)
+    # when
+    card.update("Partial")
+    card.update("Partial answer")
+    state = card.finish("Partial answer, complete.")
+    # then
+    assert len(feishu_stub.requests_to("card_create")) == 1  # not retried per update
+    [reply] = feishu_stub.sent
+    assert (reply["msg_type"], json.loads(reply["content"]), reply["uuid"]) == (
+        "text",
+        {"text": "Partial answer, complete."},
+        "amux-answer-1-f0",
+    )
+    assert (state.is_fallback, state.is_finished, state.fallback_message_ids) == (True, True, [reply["message_id"]])
+    # and a re-run of the finished answer sends nothing more
+    before = len(feishu_stub.requests)
+    _card(bot, [], state=StreamState.from_dict(stored[-1])).finish("Partial answer, complete.")
+    assert len(feishu_stub.requests) == before
+
+
+def test_r3_a_refused_update_falls_back_to_one_plain_reply_after_the_card(feishu_stub, make_feishu_bot):
+    # given: the card and its reply went out, then Feishu refuses an update
+    bot = make_feishu_bot()
+    card = _card(bot, [])
+    card.update("Start")
+    feishu_stub.fail_next("card_content", status=400, code=230099, msg="card content failed")
+    _shown(card, "Start of it")
+    # when
+    state = card.finish("Start of it, and the end.")
+    # then: no further card calls, one plain reply with everything
+    assert len(feishu_stub.requests_to("card_content")) == 1
+    interactive, plain = feishu_stub.sent
+    assert interactive["msg_type"] == "interactive"
+    assert (plain["msg_type"], json.loads(plain["content"])) == ("text", {"text": "Start of it, and the end."})
+    assert state.is_fallback is True
+
+
+def test_r3_a_new_card_takes_over_before_the_streaming_limit(feishu_stub, make_feishu_bot):
+    # given: a card limit of 60 s on a clock the test moves
+    bot = make_feishu_bot()
+    clock = [1_000.0]
+    card = _card(bot, [], card_seconds=60, now=lambda: clock[0])
+    first_part = "## Part one\n\nThe first half."
+    # when
+    _shown(card, first_part)
+    clock[0] += 61
+    _shown(card, first_part + "\n\n## Part two")
+    state = card.finish(first_part + "\n\n## Part two\n\nThe second half.")
+    # then: two cards, two replies (own uuids), the first closed with what it had, the second with the rest
+    first_id, second_id = (call_card["card_id"] for call_card in [*state.closed_cards, {"card_id": state.card_id}])
+    assert [m["uuid"] for m in feishu_stub.sent] == ["amux-answer-1-c0", "amux-answer-1-c1"]
+    assert feishu_stub.card_text(first_id) == first_part + "\n\n## Part two"
+    assert feishu_stub.card_text(second_id) == "The second half."
+    assert [feishu_stub.cards[i]["streaming"] for i in (first_id, second_id)] == [False, False]
+    assert state.message_ids == [m["message_id"] for m in feishu_stub.sent]
+
+
+def test_r3_a_card_closed_inside_a_code_fence_closes_it_and_the_next_card_reopens_it(feishu_stub, make_feishu_bot):
+    # given
+    bot = make_feishu_bot()
+    clock = [1_000.0]
+    card = _card(bot, [], card_seconds=60, now=lambda: clock[0])
+    head = "Code:\n\n```python\nx = 1"
+    # when
+    _shown(card, head)
+    clock[0] += 61
+    _shown(card, head + "\ny = 2")
+    state = card.finish(head + "\ny = 2\nz = 3\n```\n\nDone.")
+    # then
+    [closed] = state.closed_cards
+    assert feishu_stub.card_text(closed["card_id"]) == head + "\ny = 2\n```"
+    assert feishu_stub.card_text(state.card_id) == "```python\nz = 3\n```\n\nDone."
+
+
+def test_r3_when_feishu_ends_streaming_first_the_answer_continues_in_a_new_card(feishu_stub, make_feishu_bot):
+    # given: the local Feishu's streaming limit shortened to half a second
+    bot = make_feishu_bot()
+    feishu_stub.streaming_limit_seconds = 0.5
+    card = _card(bot, [])
+    card.update("Before the limit.")  # the card and its reply
+    _shown(card, "Before the limit.")
+    time.sleep(0.6)
+    # when
+    card.update("Before the limit. After it.")
+    state = card.finish("Before the limit. After it. The end.")
+    # then: the old card keeps what it showed; nothing is lost or shown twice
+    [closed] = state.closed_cards
+    assert feishu_stub.card_text(closed["card_id"]) == "Before the limit."
+    assert feishu_stub.card_text(state.card_id) == " After it. The end."
+    assert len(feishu_stub.sent) == 2
