@@ -1,6 +1,6 @@
 """Admin dashboard (issue 14 item 1): queries per render and render time at production-like sizes.
 
-Data: BOTS bots, TURNS turns (70% delivered with a 0.3-8 s latency, 20% gated, 5% failed, 5% skipped, usage
+Data: BOTS bots, TURNS turns (70% delivered with a 0.3-8 s latency, 20% skipped, 5% failed, 5% delivery failed, usage
 tokens on the delivered ones), MESSAGES messages and JUDGEMENTS judgements (act / no_action / failure
 outcomes), all spread over the last 30 days (fixed seed), so the 24 h and 7 day windows hold 1/30 and 7/30
 of them. Then RENDERS renders of /admin/ by a logged-in superuser through Django's test client (the real
@@ -66,7 +66,9 @@ def _populate(*, bots: int, turns: int, messages: int, judgements: int) -> None:
         bot_index = index % bots
         at = now - timedelta(seconds=rng.uniform(0, span))
         roll = rng.random()
-        status = "delivered" if roll < 0.7 else "gated" if roll < 0.9 else "failed" if roll < 0.95 else "skipped"
+        status = (
+            "delivered" if roll < 0.7 else "skipped" if roll < 0.9 else "failed" if roll < 0.95 else "delivery_failed"
+        )
         delivered = status == "delivered"
         batch.append(
             Turn(

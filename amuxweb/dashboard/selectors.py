@@ -38,6 +38,8 @@ DAYS = 7
 CHART_HEIGHT_PX = 40
 BAR_STEP_PX = 10
 FAILED_CLOSED = (ProbeJudgement.Outcome.MISSING, ProbeJudgement.Outcome.MALFORMED, ProbeJudgement.Outcome.ERROR)
+# A turn that produced a reply, whether or not Feishu took it yet.
+REPLIED = (Turn.Status.REPLIED, Turn.Status.DELIVERED, Turn.Status.DELIVERY_FAILED)
 SILENCES = (ProbeJudgement.Outcome.NO_ACTION, *FAILED_CLOSED, ProbeJudgement.Outcome.DISABLED)
 
 
@@ -87,8 +89,9 @@ def _url(base: str, **params: object) -> str:
     return f"{base}?{urlencode(params)}"
 
 
-def _int_key(key: str) -> Coalesce:
-    return Coalesce(Sum(Cast(KeyTextTransform(key, "usage"), IntegerField())), 0)
+def _int_key(key: str, filter: Q | None = None) -> Coalesce:
+    """The sum of an integer key of Turn.usage (0 where absent)."""
+    return Coalesce(Sum(Cast(KeyTextTransform(key, "usage"), IntegerField()), filter=filter), 0)
 
 
 def _latencies(*, since: datetime) -> dict[int, tuple[int | None, int | None]]:
@@ -144,38 +147,57 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
 
     bots = list(Bot.objects.select_related("primary_model__provider").order_by("name", "pk"))
 
-    turns = {
-        row["bot_id"]: row
-        for row in Turn.objects.filter(queued_at__gte=since_week)
-        .values("bot_id")
+    # One scan of each table's 7 day window, grouped by (bot, day[, outcome]); the 24 h numbers are conditional
+    # aggregates of the same scan and the 7 day totals are summed here from at most 8 rows per bot and outcome.
+    turns: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    tokens_per_day: dict[int, dict[date, int]] = defaultdict(lambda: defaultdict(int))
+    for row in (
+        Turn.objects.filter(queued_at__gte=since_week)
+        .annotate(day=TruncDate("queued_at"))
+        .values("bot_id", "day")
         .annotate(
             turns_24h=Count("pk", filter=last_day),
-            replies_24h=Count("pk", filter=last_day & Q(status=Turn.Status.DELIVERED)),
+            replies_24h=Count("pk", filter=last_day & Q(status__in=REPLIED)),
             failed_24h=Count("pk", filter=last_day & Q(status=Turn.Status.FAILED)),
-            primary_in_24h=Coalesce(
-                Sum(Cast(KeyTextTransform("input_tokens", "usage"), IntegerField()), filter=last_day), 0
-            ),
-            primary_out_24h=Coalesce(
-                Sum(Cast(KeyTextTransform("output_tokens", "usage"), IntegerField()), filter=last_day), 0
-            ),
+            delivery_failed_24h=Count("pk", filter=last_day & Q(status=Turn.Status.DELIVERY_FAILED)),
+            primary_in_24h=_int_key("input_tokens", filter=last_day),
+            primary_out_24h=_int_key("output_tokens", filter=last_day),
             primary_in_7d=_int_key("input_tokens"),
             primary_out_7d=_int_key("output_tokens"),
         )
-    }
+    ):
+        totals = turns[row["bot_id"]]
+        for key, value in row.items():
+            if key not in ("bot_id", "day"):
+                totals[key] += value
+        tokens_per_day[row["bot_id"]][row["day"]] += row["primary_in_7d"] + row["primary_out_7d"]
+
     judgement_day = Q(created_at__gte=since_day)
-    judgements = {
-        row["bot_id"]: row
-        for row in ProbeJudgement.objects.filter(created_at__gte=since_week)
-        .values("bot_id")
+    judgements: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    outcomes_per_day: dict[int, dict[str, dict[date, int]]] = defaultdict(lambda: defaultdict(dict))
+    for row in (
+        ProbeJudgement.objects.filter(created_at__gte=since_week)
+        .annotate(day=TruncDate("created_at"))
+        .values("bot_id", "day", "outcome")
         .annotate(
-            failed_closed_24h=Count("pk", filter=judgement_day & Q(outcome__in=FAILED_CLOSED)),
+            n=Count("pk"),
+            n_24h=Count("pk", filter=judgement_day),
             probe_in_24h=Coalesce(Sum("input_tokens", filter=judgement_day), 0),
             probe_out_24h=Coalesce(Sum("output_tokens", filter=judgement_day), 0),
             probe_in_7d=Coalesce(Sum("input_tokens"), 0),
             probe_out_7d=Coalesce(Sum("output_tokens"), 0),
-            **{f"silence_{outcome}": Count("pk", filter=judgement_day & Q(outcome=outcome)) for outcome in SILENCES},
         )
-    }
+    ):
+        bot_id, outcome = row["bot_id"], row["outcome"]
+        totals = judgements[bot_id]
+        for key in ("probe_in_24h", "probe_out_24h", "probe_in_7d", "probe_out_7d"):
+            totals[key] += row[key]
+        totals[f"silence_{outcome}"] += row["n_24h"]
+        if outcome in FAILED_CLOSED:
+            totals["failed_closed_24h"] += row["n_24h"]
+        outcomes_per_day[bot_id][outcome][row["day"]] = row["n"]
+        tokens_per_day[bot_id][row["day"]] += row["probe_in_7d"] + row["probe_out_7d"]
+
     failed_deliveries = dict(
         OutboundDelivery.objects.filter(created_at__gte=since_day, status=OutboundDelivery.Status.FAILED)
         .values("bot_id")
@@ -183,31 +205,6 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
         .values_list("bot_id", "n")
     )
     latencies = _latencies(since=since_day)
-
-    tokens_per_day: dict[int, dict[date, int]] = defaultdict(dict)
-    for row in (
-        Turn.objects.filter(queued_at__gte=since_week)
-        .annotate(day=TruncDate("queued_at"))
-        .values("bot_id", "day")
-        .annotate(tokens=_int_key("input_tokens") + _int_key("output_tokens"))
-    ):
-        tokens_per_day[row["bot_id"]][row["day"]] = row["tokens"]
-    for row in (
-        ProbeJudgement.objects.filter(created_at__gte=since_week)
-        .annotate(day=TruncDate("created_at"))
-        .values("bot_id", "day")
-        .annotate(tokens=Coalesce(Sum("input_tokens"), 0) + Coalesce(Sum("output_tokens"), 0))
-    ):
-        per_day = tokens_per_day[row["bot_id"]]
-        per_day[row["day"]] = per_day.get(row["day"], 0) + row["tokens"]
-    outcomes_per_day: dict[int, dict[str, dict[date, int]]] = defaultdict(lambda: defaultdict(dict))
-    for row in (
-        ProbeJudgement.objects.filter(created_at__gte=since_week)
-        .annotate(day=TruncDate("created_at"))
-        .values("bot_id", "day", "outcome")
-        .annotate(n=Count("pk"))
-    ):
-        outcomes_per_day[row["bot_id"]][row["outcome"]][row["day"]] = row["n"]
 
     # Each list's URL reversed once per render, not per number: a reverse() costs more than the row's queries.
     turn_list = reverse("admin:agents_turn_changelist")
@@ -227,7 +224,7 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
                 provider_test_failed=provider.last_test_ok is False,
                 failed_closed_24h=j.get("failed_closed_24h", 0),
                 failed_turns_24h=t.get("failed_24h", 0),
-                failed_deliveries_24h=failed_deliveries.get(bot.pk, 0),
+                failed_deliveries_24h=failed_deliveries.get(bot.pk, 0) + t.get("delivery_failed_24h", 0),
                 has_feishu_credentials=bot.has_feishu_credentials,
             )
         )
@@ -241,11 +238,10 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
             "provider_test_failed": f"{provider_list}{provider.pk}/change/",
             "failing_closed": failed_closed_url,
             "turns_failing": _url(turn_list, **turns_day, status__exact=Turn.Status.FAILED),
-            "deliveries_failing": _url(
-                delivery_list,
-                bot__id__exact=bot.pk,
-                status__exact=OutboundDelivery.Status.FAILED,
-            ),
+            # The turns whose delivery failed when there are some, else the failed delivery rows themselves.
+            "deliveries_failing": _url(turn_list, **turns_day, status__exact=Turn.Status.DELIVERY_FAILED)
+            if t.get("delivery_failed_24h", 0)
+            else _url(delivery_list, bot__id__exact=bot.pk, status__exact=OutboundDelivery.Status.FAILED),
             "feishu_not_connected": f"{bot_list}{bot.pk}/change/",
         }
         p50, p95 = latencies.get(bot.pk, (None, None))
@@ -259,7 +255,7 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
                 numbers={
                     "turns_24h": Link(t.get("turns_24h", 0), _url(turn_list, **turns_day)),
                     "replies_24h": Link(
-                        t.get("replies_24h", 0), _url(turn_list, **turns_day, status__exact=Turn.Status.DELIVERED)
+                        t.get("replies_24h", 0), _url(turn_list, **turns_day, status__in=",".join(REPLIED))
                     ),
                     "failed_closed_24h": Link(j.get("failed_closed_24h", 0), failed_closed_url),
                     "primary_in_24h": Link(t.get("primary_in_24h", 0), _url(turn_list, **turns_day)),

@@ -99,7 +99,7 @@ def test_numbers_count_only_their_window_and_split_primary_from_probe_tokens(adm
     # given turns and judgements inside 24 h, inside 7 days, and older
     bot = BotFactory(feishu_app_id="cli_a", feishu_app_secret="s")
     make_turn(bot, age=timedelta(hours=1), usage={"input_tokens": 100, "output_tokens": 10})
-    make_turn(bot, age=timedelta(hours=2), status=Turn.Status.GATED, usage={})
+    make_turn(bot, age=timedelta(hours=2), status=Turn.Status.SKIPPED, usage={})
     make_turn(bot, age=timedelta(days=3), usage={"input_tokens": 1000, "output_tokens": 100})
     make_turn(bot, age=timedelta(days=9), usage={"input_tokens": 99999, "output_tokens": 99999})
     make_judgement(bot, age=timedelta(hours=1), outcome="no_action", input_tokens=7, output_tokens=1)
@@ -159,6 +159,24 @@ def test_each_number_links_to_the_admin_list_of_the_rows_it_counts(admin_client)
     assert listed(row.numbers["replies_24h"].url) == {reply.pk}
     assert row.state == "turns_failing"
     assert listed(row.causes[0][2]) == {failed.pk}
+
+
+def test_a_turn_whose_delivery_failed_is_a_reply_and_flags_deliveries_failing(admin_client):
+    # given a replied turn and one whose delivery failed
+    bot = BotFactory(feishu_app_id="cli_a", feishu_app_secret="s")
+    replied = make_turn(bot, age=timedelta(hours=1), status=Turn.Status.REPLIED)
+    undelivered = make_turn(bot, age=timedelta(hours=1), status=Turn.Status.DELIVERY_FAILED)
+
+    # when
+    row = row_of(admin_client.get("/admin/"), bot)
+
+    # then both are replies; the cause links to the undelivered turn
+    assert row.numbers["replies_24h"].value == 2
+    assert [cause for cause, _label, _url in row.causes] == ["deliveries_failing"]
+    listed = admin_client.get(row.causes[0][2])
+    assert [turn.pk for turn in listed.context["cl"].result_list] == [undelivered.pk]
+    replies = admin_client.get(row.numbers["replies_24h"].url)
+    assert {turn.pk for turn in replies.context["cl"].result_list} == {replied.pk, undelivered.pk}
 
 
 def test_failed_deliveries_and_a_missing_feishu_connection_are_health_causes(admin_client):
