@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: install run simulate worker beat connect test lint format migrations-check bench ci
+.PHONY: install run simulate worker beat connect test test-browser lint format migrations-check messages messages-check bench ci
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,21 @@ connect: install
 
 # SQLite by default; against PostgreSQL + Redis (+ a real Celery worker) when DATABASE_URL/REDIS_URL are set.
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The console in Chromium (Debian's /usr/bin/chromium; skipped when absent). Screenshots: var/browser-screenshots/
+test-browser: install
+	$(PY) -m pytest tests/browser -m browser
+
+# After adding or changing a translatable string: refresh the catalogs, translate the new entries, run it again.
+MESSAGES_IGNORE := --ignore=.venv --ignore=tests --ignore=var --ignore=staticfiles --ignore=bench
+messages: install
+	DEBUG=true $(PY) manage.py makemessages -l zh_Hans -l ja --no-obsolete $(MESSAGES_IGNORE)
+	DEBUG=true $(PY) manage.py compilemessages --ignore=.venv
+
+# Fails on any untranslated or fuzzy entry, or a .mo file that does not match its .po (needs gettext).
+messages-check: install
+	$(PY) -m pytest tests/test_admin_i18n.py
 
 lint: install
 	$(VENV)/bin/ruff check .

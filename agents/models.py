@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from amuxweb.fields import EncryptedTextField
 
@@ -144,6 +145,14 @@ class Bot(models.Model):
         default="CrossMark",
         validators=[RegexValidator(r"^[A-Za-z_]+$", "A Feishu emoji_type such as CrossMark.")],
         help_text="Reaction that replaces the receipt when the turn fails. Empty: none.",
+    )
+    # The language of the bot's own fixed replies in chat (/help, "session ended", "could not read the quoted
+    # message"); the model's answers are in whatever language the conversation is. One of settings.LANGUAGES.
+    language = models.CharField(
+        max_length=8,
+        choices=[("en", "English"), ("zh-hans", "简体中文"), ("ja", "日本語")],
+        default="en",
+        help_text=_("The language of the bot's own replies in chat (/help, session ended, quoted message unreadable)."),
     )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -12,7 +12,9 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
+from amuxweb.admin import AuditAdmin, compact_time, model_names
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.selection import text_preview
@@ -20,19 +22,17 @@ from threadcontext.selectors import workspace_cache_forget
 
 ROOT_FILTER_CHOICES = 30
 
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
+model_names(Workspace, _("workspace"), _("workspaces"))
+model_names(ThreadEvent, _("thread event"), _("thread events"))
+model_names(ThreadContextItem, _("thread context item"), _("thread context items"))
+model_names(ThreadContextDecision, _("context decision"), _("context decisions"))
+model_names(SessionBinding, _("session binding"), _("session bindings"))
 
 
 class WorkspaceFilter(admin.SimpleListFilter):
     """Decisions of one workspace: a (bot profile, chat) pair."""
 
-    title = "workspace"
+    title = _("workspace")
     parameter_name = "workspace"
 
     def lookups(self, request, model_admin):
@@ -52,7 +52,7 @@ class WorkspaceFilter(admin.SimpleListFilter):
 class RootFilter(admin.SimpleListFilter):
     """Decisions of one topic (the most recent roots are offered; any root works as ?root_msg_id=)."""
 
-    title = "topic root"
+    title = _("topic root")
     parameter_name = "root_msg_id"
 
     def lookups(self, request, model_admin):
@@ -122,45 +122,49 @@ class WorkspaceAdmin(admin.ModelAdmin):
 
 
 @admin.register(ThreadEvent)
-class ThreadEventAdmin(ReadOnlyAdmin):
+class ThreadEventAdmin(AuditAdmin):
     list_display = ["id", "event_type", "bot_profile", "chat_id", "root_msg_id", "message_id", "actor_type", "preview"]
     list_filter = ["event_type", "actor_type", "bot_profile"]
     search_fields = ["root_msg_id", "message_id", "chat_id"]
 
-    @admin.display(description="text")
+    @admin.display(description=_("text"))
     def preview(self, obj: ThreadEvent) -> str:
         return text_preview(obj.text)
 
 
 @admin.register(ThreadContextItem)
-class ThreadContextItemAdmin(ReadOnlyAdmin):
+class ThreadContextItemAdmin(AuditAdmin):
     list_display = ["id", "item_type", "author_label", "bridge_id", "root_msg_id", "chars", "preview"]
     list_filter = ["item_type", "bridge_id"]
     search_fields = ["root_msg_id", "message_id", "chat_id"]
 
-    @admin.display(description="chars")
+    @admin.display(description=_("chars"))
     def chars(self, obj: ThreadContextItem) -> int:
         return len(obj.text)
 
-    @admin.display(description="text")
+    @admin.display(description=_("text"))
     def preview(self, obj: ThreadContextItem) -> str:
         return text_preview(obj.text)
 
 
 @admin.register(ThreadContextDecision)
-class ThreadContextDecisionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "created_at", "bot_profile", "chat_id", "root_msg_id", "message_id", "selected", "explain"]
+class ThreadContextDecisionAdmin(AuditAdmin):
+    list_display = ["id", "created", "bot_profile", "chat_id", "root_msg_id", "message_id", "selected", "explain"]
     list_filter = [WorkspaceFilter, RootFilter, "workspace_mode", "bot_profile"]
     search_fields = ["root_msg_id", "message_id", "chat_id", "request_text"]
 
-    @admin.display(description="selected")
+    @admin.display(description=_("created"), ordering="created_at")
+    def created(self, obj: ThreadContextDecision) -> str:
+        return compact_time(obj.created_at)
+
+    @admin.display(description=_("selected"))
     def selected(self, obj: ThreadContextDecision) -> int:
         return len(obj.selected_item_ids or [])
 
-    @admin.display(description="explain")
+    @admin.display(description=_("explain"))
     def explain(self, obj: ThreadContextDecision) -> str:
         url = reverse("admin:threadcontext_threadcontextdecision_explain", args=[obj.pk])
-        return format_html('<a href="{}">explain</a>', url)
+        return format_html('<a href="{}">{}</a>', url, _("explain"))
 
     def get_urls(self):
         return [
@@ -178,7 +182,7 @@ class ThreadContextDecisionAdmin(ReadOnlyAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": f"Context decision {decision.pk}",
+            "title": _("Context decision %(id)s") % {"id": decision.pk},
             "decision": decision,
             "explain": decision_explain_data(decision=decision),
         }

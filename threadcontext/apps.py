@@ -1,6 +1,7 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class ThreadContextConfig(AppConfig):
     name = "threadcontext"
-    verbose_name = "Thread context"
+    verbose_name = _("Thread context")

@@ -1,2 +1,24 @@
 # The agents admin is split by topic; importing the modules registers their ModelAdmins.
+from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
+
+from agents import models
 from agents.admin import core, mcp, turns  # noqa: F401
+from amuxweb.admin import model_names
+
+# The console's name, in the operator's language (the agents admin loads first of the hub's apps).
+admin.site.site_header = _("amuxweb console")
+admin.site.site_title = _("amuxweb console")
+admin.site.index_title = _("Site administration")
+
+for model, singular, plural in [
+    (models.Provider, _("provider"), _("providers")),
+    (models.LLMModel, _("LLM model"), _("LLM models")),
+    (models.UserProfile, _("user profile"), _("user profiles")),
+    (models.Bot, _("bot"), _("bots")),
+    (models.Thread, _("thread"), _("threads")),
+    (models.Message, _("message"), _("messages")),
+    (models.Turn, _("turn"), _("turns")),
+    (models.Automation, _("automation"), _("automations")),
+]:
+    model_names(model, singular, plural)

@@ -9,20 +9,25 @@ from django import forms
 from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from agents.admin.turns import test_connection
 from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
 from agents.services.threads import thread_create
+from amuxweb.admin import compact_time
 
-SECRET_HELP_TEXT = "Write-only: never shown. Leave blank to keep the current value."
+SECRET_HELP_TEXT = _("Write-only: never shown. Leave blank to keep the current value.")
 PROVIDER_TIMEOUT_MIN_SECONDS = 1.0
 PROVIDER_TIMEOUT_MAX_SECONDS = 600.0
 PROVIDER_MAX_RETRIES = 5
 PROBE_DEBOUNCE_MAX_MS = 10 * 60 * 1000
+MAX_KEY_COLUMN_CHARS = 32
+MAX_CONTENT_COLUMN_CHARS = 60
 
 
 def secret_state(value: str) -> str:
-    return "set" if value else "not set"
+    return gettext("set") if value else gettext("not set")
 
 
 class SecretField(forms.CharField):
@@ -38,7 +43,7 @@ class SecretField(forms.CharField):
 class ClearSecretField(forms.BooleanField):
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("required", False)
-        kwargs.setdefault("help_text", "Tick to remove the stored value.")
+        kwargs.setdefault("help_text", _("Tick to remove the stored value."))
         super().__init__(**kwargs)
 
 
@@ -54,7 +59,10 @@ class SecretFieldsForm(forms.ModelForm):
             self.initial[name] = ""
             if name in self.fields:
                 is_set = bool(self.instance.pk and getattr(self.instance, name))
-                self.fields[name].help_text = f"{SECRET_HELP_TEXT} Currently {secret_state(is_set)}."
+                self.fields[name].help_text = gettext("%(help)s Currently %(state)s.") % {
+                    "help": SECRET_HELP_TEXT,
+                    "state": secret_state(is_set),
+                }
 
     def clean(self) -> dict:
         cleaned = super().clean()
@@ -69,9 +77,9 @@ class SecretFieldsForm(forms.ModelForm):
 
 class ProviderForm(SecretFieldsForm):
     secret_fields = ("api_key",)
-    base_url = forms.URLField(required=False, assume_scheme="https", help_text="Empty: the SDK's default endpoint.")
-    api_key = SecretField(label="API key")
-    api_key_clear = ClearSecretField(label="Clear API key")
+    base_url = forms.URLField(required=False, assume_scheme="https", help_text=_("Empty: the SDK's default endpoint."))
+    api_key = SecretField(label=_("API key"))
+    api_key_clear = ClearSecretField(label=_("Clear API key"))
     # Bounds a provider client can work with: a zero timeout fails every call at once, a large retry count
     # multiplies each attempt (worst case per attempt = timeout × (retries + 1), see agents/llm/registry.py).
     timeout_seconds = forms.FloatField(
@@ -83,7 +91,7 @@ class ProviderForm(SecretFieldsForm):
         min_value=0,
         max_value=PROVIDER_MAX_RETRIES,
         initial=Provider._meta.get_field("max_retries").default,
-        help_text="Retries the SDK itself makes.",
+        help_text=_("Retries the SDK itself makes."),
     )
 
     class Meta:
@@ -95,17 +103,17 @@ class BotForm(SecretFieldsForm):
     secret_fields = ("feishu_app_secret", "feishu_encrypt_key", "feishu_verification_token")
     # A discuss wake waits at most this long (P10): a mistyped delay would otherwise mute the bot for days.
     probe_debounce_initial_ms = forms.IntegerField(
-        required=False, min_value=0, max_value=PROBE_DEBOUNCE_MAX_MS, help_text="Empty: the hub's default."
+        required=False, min_value=0, max_value=PROBE_DEBOUNCE_MAX_MS, help_text=_("Empty: the hub's default.")
     )
     probe_debounce_max_ms = forms.IntegerField(
-        required=False, min_value=0, max_value=PROBE_DEBOUNCE_MAX_MS, help_text="Empty: the hub's default."
+        required=False, min_value=0, max_value=PROBE_DEBOUNCE_MAX_MS, help_text=_("Empty: the hub's default.")
     )
-    feishu_app_secret = SecretField(label="Feishu app secret")
-    feishu_app_secret_clear = ClearSecretField(label="Clear Feishu app secret")
-    feishu_encrypt_key = SecretField(label="Feishu encrypt key")
-    feishu_encrypt_key_clear = ClearSecretField(label="Clear Feishu encrypt key")
-    feishu_verification_token = SecretField(label="Feishu verification token")
-    feishu_verification_token_clear = ClearSecretField(label="Clear Feishu verification token")
+    feishu_app_secret = SecretField(label=_("Feishu app secret"))
+    feishu_app_secret_clear = ClearSecretField(label=_("Clear Feishu app secret"))
+    feishu_encrypt_key = SecretField(label=_("Feishu encrypt key"))
+    feishu_encrypt_key_clear = ClearSecretField(label=_("Clear Feishu encrypt key"))
+    feishu_verification_token = SecretField(label=_("Feishu verification token"))
+    feishu_verification_token_clear = ClearSecretField(label=_("Clear Feishu verification token"))
 
     class Meta:
         model = Bot
@@ -148,7 +156,7 @@ class ProviderAdmin(admin.ModelAdmin):
     inlines = [LLMModelInline]
     actions = [test_connection]
 
-    @admin.display(description="API key")
+    @admin.display(description=_("API key"))
     def api_key_state(self, provider: Provider) -> str:
         return secret_state(provider.api_key)
 
@@ -197,13 +205,10 @@ class BotAdmin(admin.ModelAdmin):
         "name",
         "owner",
         "primary_model",
-        "group_reply_mode",
-        "discuss_probe_mode",
-        "feishu_app_id",
-        "feishu_event_mode",
-        "feishu_app_secret_state",
-        "feishu_encrypt_key_state",
-        "feishu_verification_token_state",
+        "reply_mode",
+        "probe_mode",
+        "short_feishu_app_id",
+        "feishu_secrets_state",
         "is_enabled",
     ]
     list_filter = [
@@ -218,9 +223,9 @@ class BotAdmin(admin.ModelAdmin):
     autocomplete_fields = ["owner", "primary_model", "discuss_probe_model"]
     prepopulated_fields = {"slug": ["name"]}
     fieldsets = [
-        (None, {"fields": ["slug", "name", "owner", "primary_model", "system_prompt", "is_enabled"]}),
+        (None, {"fields": ["slug", "name", "owner", "primary_model", "system_prompt", "language", "is_enabled"]}),
         (
-            "Group behaviour",
+            _("Group behaviour"),
             {
                 "fields": [
                     "group_reply_mode",
@@ -232,7 +237,7 @@ class BotAdmin(admin.ModelAdmin):
             },
         ),
         (
-            "Feishu app",
+            _("Feishu app"),
             {
                 "fields": [
                     "feishu_event_mode",
@@ -277,31 +282,31 @@ class BotAdmin(admin.ModelAdmin):
             parts.append(f"last error at {connection.last_error_at:%Y-%m-%d %H:%M:%S %Z}: {connection.last_error}")
         return "; ".join(parts)
 
-    @admin.display(description="App secret")
-    def feishu_app_secret_state(self, bot: Bot) -> str:
-        return secret_state(bot.feishu_app_secret)
+    # The list shows the modes' codes (the label is the tooltip): the labels are sentences that push columns out.
+    @admin.display(description=_("reply mode"), ordering="group_reply_mode")
+    def reply_mode(self, bot: Bot) -> str:
+        return format_html('<span title="{}">{}</span>', bot.get_group_reply_mode_display(), bot.group_reply_mode)
 
-    @admin.display(description="Encrypt key")
-    def feishu_encrypt_key_state(self, bot: Bot) -> str:
-        return secret_state(bot.feishu_encrypt_key)
+    @admin.display(description=_("probe mode"), ordering="discuss_probe_mode")
+    def probe_mode(self, bot: Bot) -> str:
+        return format_html('<span title="{}">{}</span>', bot.get_discuss_probe_mode_display(), bot.discuss_probe_mode)
 
-    @admin.display(description="Verification token")
-    def feishu_verification_token_state(self, bot: Bot) -> str:
-        return secret_state(bot.feishu_verification_token)
+    @admin.display(description=_("Feishu app id"), ordering="feishu_app_id")
+    def short_feishu_app_id(self, bot: Bot) -> str:
+        app_id = bot.feishu_app_id
+        return app_id if len(app_id) <= MAX_KEY_COLUMN_CHARS else app_id[: MAX_KEY_COLUMN_CHARS - 1] + "…"
+
+    @admin.display(description=_("Feishu secrets"))
+    def feishu_secrets_state(self, bot: Bot) -> str:
+        # One column for three secrets: how many of app secret, encrypt key, verification token are set.
+        secrets = (bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token)
+        return gettext("%(set)d of %(total)d set") % {"set": sum(1 for value in secrets if value), "total": 3}
 
 
 @admin.register(Thread)
 class ThreadAdmin(admin.ModelAdmin):
-    list_display = [
-        "id",
-        "title",
-        "bot",
-        "runtime_mode",
-        "channel",
-        "external_key",
-        "created_at",
-        "retired_at",
-    ]
+    # Whether a thread is retired is a filter, not a column: the list fits 1440 px beside the sidebar.
+    list_display = ["id", "title", "bot", "runtime_mode", "channel", "short_external_key", "created"]
     list_filter = ["runtime_mode", "channel", "bot", ("retired_at", admin.EmptyFieldListFilter)]
     search_fields = ["title", "external_key", "bot__slug", "bot__name"]
     list_select_related = ["bot"]
@@ -315,12 +320,21 @@ class ThreadAdmin(admin.ModelAdmin):
             return [*self.readonly_fields, "bot", "runtime_mode"]
         return self.readonly_fields
 
-    @admin.display(description="Messages")
+    @admin.display(description=_("external key"), ordering="external_key")
+    def short_external_key(self, thread: Thread) -> str:
+        key = thread.external_key
+        return key if len(key) <= MAX_KEY_COLUMN_CHARS else key[: MAX_KEY_COLUMN_CHARS - 1] + "…"
+
+    @admin.display(description=_("created"), ordering="created_at")
+    def created(self, thread: Thread) -> str:
+        return compact_time(thread.created_at)
+
+    @admin.display(description=_("Messages"))
     def messages_link(self, thread: Thread) -> str:
         if not thread.pk:
             return "-"
         url = reverse("admin:agents_message_changelist") + f"?thread__id__exact={thread.pk}"
-        return format_html('<a href="{}">messages of this thread</a>', url)
+        return format_html('<a href="{}">{}</a>', url, _("messages of this thread"))
 
     def save_model(self, request, obj: Thread, form, change: bool) -> None:
         if change:
@@ -341,10 +355,19 @@ class ThreadAdmin(admin.ModelAdmin):
 class MessageAdmin(admin.ModelAdmin):
     """Messages are written by conversations (agents.services.threads.message_create), never by hand."""
 
-    list_display = ["id", "thread", "thread_runtime_mode", "kind", "visibility_mask", "author", "excerpt", "created_at"]
+    list_display = [
+        "id",
+        "thread_link",
+        "thread_runtime_mode",
+        "kind",
+        "visibility_mask",
+        "author",
+        "excerpt",
+        "created",
+    ]
     list_filter = ["kind", "visibility_mask", "thread__runtime_mode", "thread__bot"]
     search_fields = ["content", "author", "external_message_id"]
-    search_help_text = "Content, author or external message id. Filter by thread with ?thread__id__exact=N."
+    search_help_text = _("Content, author or external message id. Filter by thread with ?thread__id__exact=N.")
     list_select_related = ["thread", "thread__bot"]
     # No date_hierarchy and no full count: this table is the big one (millions of rows).
     show_full_result_count = False
@@ -355,10 +378,23 @@ class MessageAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None) -> bool:
         return False
 
-    @admin.display(description="Runtime mode", ordering="thread__runtime_mode")
-    def thread_runtime_mode(self, message: Message) -> str:
-        return message.thread.runtime_mode
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return request.user.is_superuser  # a conversation's record: deleted by a superuser only (A4)
 
-    @admin.display(description="Content")
+    @admin.display(description=_("Thread"), ordering="thread")
+    def thread_link(self, message: Message) -> str:
+        url = reverse("admin:agents_thread_change", args=[message.thread_id])
+        return format_html('<a href="{}">{}</a>', url, message.thread_id)
+
+    @admin.display(description=_("Runtime mode"), ordering="thread__runtime_mode")
+    def thread_runtime_mode(self, message: Message) -> str:
+        return message.thread.get_runtime_mode_display()
+
+    @admin.display(description=_("Content"))
     def excerpt(self, message: Message) -> str:
-        return message.content if len(message.content) <= 80 else message.content[:79] + "…"
+        content = message.content
+        return content if len(content) <= MAX_CONTENT_COLUMN_CHARS else content[: MAX_CONTENT_COLUMN_CHARS - 1] + "…"
+
+    @admin.display(description=_("created"), ordering="created_at")
+    def created(self, message: Message) -> str:
+        return compact_time(message.created_at)

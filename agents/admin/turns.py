@@ -4,7 +4,6 @@ The turn detail page is read-only and shows what an operator needs to answer "wh
 what did it say": the request as sent, the output, usage, timings and every attempt.
 """
 
-import json
 import uuid
 
 from django.contrib import admin, messages
@@ -13,6 +12,8 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from agents.admin.tool_calls import TurnToolCallInline
 from agents.llm.base import LLMError
@@ -20,14 +21,9 @@ from agents.llm.registry import llm_connection_test
 from agents.models import Automation, LLMModel, Provider, Turn
 from agents.services.automations import automation_delete, automation_save
 from agents.services.providers import provider_last_test_record
+from amuxweb.admin import AuditAdmin, compact_time, pretty_json
 
-MAX_ERROR_COLUMN_CHARS = 80
-
-
-def pretty_json(value) -> str:
-    return format_html(
-        '<pre style="white-space: pre-wrap; max-width: 100em">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
-    )
+MAX_ERROR_COLUMN_CHARS = 64
 
 
 def pre(text: str) -> str:
@@ -35,7 +31,7 @@ def pre(text: str) -> str:
 
 
 @admin.register(Turn)
-class TurnAdmin(admin.ModelAdmin):
+class TurnAdmin(AuditAdmin):
     list_display = [
         "id",
         "status",
@@ -44,9 +40,8 @@ class TurnAdmin(admin.ModelAdmin):
         "thread_link",
         "duration",
         "tokens",
-        "attempts",
         "short_error",
-        "queued_at",
+        "queued",
     ]
     list_filter = ["status", "trigger", "bot"]
     search_fields = ["source_message_id", "bot__slug", "error"]
@@ -71,60 +66,68 @@ class TurnAdmin(admin.ModelAdmin):
         "usage_view",
         "model_input_view",
         "retry_history_view",
-        "context_decision_id",
+        "context_decision_link",
     ]
     readonly_fields = fields
     inlines = [TurnToolCallInline]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # turns are written by conversations only
+    @admin.display(description=_("queued"), ordering="queued_at")
+    def queued(self, turn: Turn) -> str:
+        return compact_time(turn.queued_at)
 
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
+    @admin.display(description=_("Context decision"))
+    def context_decision_link(self, turn: Turn) -> str:
+        # The decision lives in threadcontext, which agents does not import: linked by its admin URL's name.
+        if not turn.context_decision_id:
+            return "-"
+        url = reverse("admin:threadcontext_threadcontextdecision_explain", args=[turn.context_decision_id])
+        return format_html('<a href="{}">{}</a>', url, turn.context_decision_id)
 
-    @admin.display(description="Thread")
+    @admin.display(description=_("Thread"))
     def thread_link(self, turn: Turn) -> str:
         url = reverse("admin:agents_thread_change", args=[turn.thread_id])
         return format_html('<a href="{}">{}</a>', url, turn.thread_id)
 
-    @admin.display(description="Duration")
+    @admin.display(description=_("Duration"))
     def duration(self, turn: Turn) -> str:
         return "-" if turn.duration_ms is None else f"{turn.duration_ms} ms"
 
-    @admin.display(description="Tokens in / out")
+    @admin.display(description=_("Tokens in / out"))
     def tokens(self, turn: Turn) -> str:
         if not turn.usage:
             return "-"
         return f"{turn.usage.get('input_tokens', 0)} / {turn.usage.get('output_tokens', 0)}"
 
-    @admin.display(description="Error")
+    @admin.display(description=_("Error"))
     def short_error(self, turn: Turn) -> str:
         if len(turn.error) <= MAX_ERROR_COLUMN_CHARS:
             return turn.error
         return turn.error[: MAX_ERROR_COLUMN_CHARS - 1] + "…"
 
-    @admin.display(description="User message (what the person wrote / what the model saw)")
+    @admin.display(description=_("User message (what the person wrote / what the model saw)"))
     def user_message_view(self, turn: Turn) -> str:
         message = turn.user_message
         if message is None:
             return "-"
         if message.prompt and message.prompt != message.content:
-            return format_html("{}<p>Prompt as the model saw it:</p>{}", pre(message.content), pre(message.prompt))
+            return format_html(
+                "{}<p>{}</p>{}", pre(message.content), gettext("Prompt as the model saw it:"), pre(message.prompt)
+            )
         return pre(message.content)
 
-    @admin.display(description="Output")
+    @admin.display(description=_("Output"))
     def output(self, turn: Turn) -> str:
         return pre(turn.reply_message.content) if turn.reply_message else "-"
 
-    @admin.display(description="Usage")
+    @admin.display(description=_("Usage"))
     def usage_view(self, turn: Turn) -> str:
         return pretty_json(turn.usage)
 
-    @admin.display(description="Model input (as sent)")
+    @admin.display(description=_("Model input (as sent)"))
     def model_input_view(self, turn: Turn) -> str:
         return pretty_json(turn.model_input)
 
-    @admin.display(description="Attempts and retries")
+    @admin.display(description=_("Attempts and retries"))
     def retry_history_view(self, turn: Turn) -> str:
         return pretty_json(turn.retry_history)
 
@@ -142,7 +145,7 @@ class AutomationAdmin(admin.ModelAdmin):
     @admin.display(description="Thread")
     def thread_link(self, automation: Automation) -> str:
         if not automation.thread_id:
-            return "- (created on the first run)"
+            return gettext("- (created on the first run)")
         url = reverse("admin:agents_thread_change", args=[automation.thread_id])
         return format_html('<a href="{}">{}</a>', url, automation.thread)
 
@@ -156,7 +159,7 @@ class AutomationAdmin(admin.ModelAdmin):
         for automation in queryset:
             automation_delete(automation=automation)
 
-    @admin.action(description="Run now")
+    @admin.action(description=_("Run now"))
     def run_now(self, request: HttpRequest, queryset: QuerySet[Automation]) -> None:
         from kombu.exceptions import OperationalError
 
@@ -167,16 +170,16 @@ class AutomationAdmin(admin.ModelAdmin):
             try:
                 automation_run_task.delay(automation.pk, f"run-now-{uuid.uuid4().hex}")
             except OperationalError:  # the broker is down: say so instead of a 500
-                self.message_user(
-                    request, f"{automation.name}: the task queue is unreachable, try again later.", messages.ERROR
-                )
+                message = gettext("%(name)s: the task queue is unreachable, try again later.")
+                self.message_user(request, message % {"name": automation.name}, messages.ERROR)
                 continue
             queued += 1
         if queued:
-            self.message_user(request, f"Queued {queued} automation run(s).", messages.SUCCESS)
+            message = ngettext("Queued %(count)d automation run.", "Queued %(count)d automation runs.", queued)
+            self.message_user(request, message % {"count": queued}, messages.SUCCESS)
 
 
-@admin.action(description="Test connection (one tiny call)")
+@admin.action(description=_("Test connection (one tiny call)"))
 def test_connection(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
     """For Provider and LLMModel changelists: one tiny call per model, the result reported per row."""
     if queryset.model is Provider:
@@ -184,7 +187,8 @@ def test_connection(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset
         for provider in queryset:
             model = provider.models.filter(is_enabled=True).order_by("id").first()
             if model is None:
-                modeladmin.message_user(request, f"{provider.name}: no enabled model to test with.", messages.WARNING)
+                message = gettext("%(provider)s: no enabled model to test with.") % {"provider": provider.name}
+                modeladmin.message_user(request, message, messages.WARNING)
             else:
                 models.append(model)
     else:
@@ -192,7 +196,7 @@ def test_connection(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset
     for model in models:
         label = f"{model.provider.name} / {model.name}"
         if model.provider.kind == Provider.Kind.LOCAL_RULES:
-            label += " (rule-based, offline)"
+            label += " " + gettext("(rule-based, offline)")
         try:
             answer, elapsed_ms = llm_connection_test(model=model)
         except LLMError as exc:
@@ -203,4 +207,9 @@ def test_connection(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset
         provider_last_test_record(
             provider_id=model.provider_id, ok=True, detail=f"{model.name}: OK in {elapsed_ms} ms", at=timezone.now()
         )
-        modeladmin.message_user(request, f"{label}: OK in {elapsed_ms} ms, answered {answer[:80]!r}", messages.SUCCESS)
+        message = gettext("%(label)s: OK in %(ms)s ms, answered %(answer)r") % {
+            "label": label,
+            "ms": elapsed_ms,
+            "answer": answer[:80],
+        }
+        modeladmin.message_user(request, message, messages.SUCCESS)

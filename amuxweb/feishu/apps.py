@@ -1,10 +1,11 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class FeishuConfig(AppConfig):
     name = "amuxweb.feishu"
     label = "feishu"
-    verbose_name = "Feishu bridge"
+    verbose_name = _("Feishu bridge")
 
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_save

@@ -4,19 +4,32 @@ Routing, the discuss wake and the bridge turn all build the collector's InboundM
 secrets; they import this module, which imports none of them (no import circle).
 """
 
+from django.utils import translation
+from django.utils.translation import gettext_lazy as _
+
 from agents.models import Bot
 from amuxweb.feishu.models import OutboundDelivery
 from amuxweb.feishu.parsing import ParsedMessage, slash_command
 from threadcontext.services.collection import InboundMessage, Mention
 
-HELP_TEXT = (
+# Lazy: each is rendered in the bot's own language (Bot.language) when it is sent, by `bot_text`.
+HELP_TEXT = _(
     "I am an amux agent bot.\n"
     "- @mention me (or reply to one of my messages) to ask something; in a topic I keep one session per topic.\n"
     "- /new ends the current session; your next message starts a fresh one.\n"
     "- /help shows this message."
 )
-NEW_SESSION_TEXT = "Session ended. Start a new topic (or @ me again in a group-wide or direct chat) for a new one."
-RETIRED_SESSION_TEXT = "This session has ended. Please start a new topic (or send /new) to talk to me again."
+NEW_SESSION_TEXT = _("Session ended. Start a new topic (or @ me again in a group-wide or direct chat) for a new one.")
+RETIRED_SESSION_TEXT = _("This session has ended. Please start a new topic (or send /new) to talk to me again.")
+QUOTED_READ_FAILED_TEXT = _(
+    "I could not read the message you replied to, so I did not send your request. Please try again."
+)
+
+
+def bot_text(*, bot: Bot, text: str) -> str:
+    """One of the bridge's fixed texts as the bot says it: in the bot's language, whatever the process's is."""
+    with translation.override(bot.language):
+        return str(text)
 
 
 def message_is_own_echo(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str) -> bool:

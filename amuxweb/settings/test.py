@@ -24,3 +24,12 @@ AMUX_LOCAL_RULES_STREAM_DELAY_MS = 0  # local_rules streams at once in tests
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+
+# Tests render pages without running collectstatic first: the plain storage, not the production manifest.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# No collectstatic in tests: whitenoise finds files through the finders, as in a DEBUG run.
+STATIC_ROOT = None
+WHITENOISE_USE_FINDERS = True

@@ -11,6 +11,7 @@ def bot_admin_form_data(bot: Bot, **changes) -> dict:
         "owner": bot.owner_id,
         "primary_model": bot.primary_model_id,
         "system_prompt": bot.system_prompt,
+        "language": bot.language,
         "is_enabled": "on",
         "group_reply_mode": bot.group_reply_mode,
         "discuss_probe_mode": bot.discuss_probe_mode,

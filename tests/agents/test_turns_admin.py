@@ -122,7 +122,7 @@ def test_automation_run_now_action_runs_it(admin_client):
         "/admin/agents/automation/", {"action": "run_now", "_selected_action": [automation.pk]}, follow=True
     )
     # then
-    assert [str(m) for m in get_messages(response.wsgi_request)] == ["Queued 1 automation run(s)."]
+    assert [str(m) for m in get_messages(response.wsgi_request)] == ["Queued 1 automation run."]
     automation.refresh_from_db()
     kinds = list(Message.objects.filter(thread=automation.thread).order_by("id").values_list("kind", flat=True))
     assert kinds == ["user_message", "agent_reply"]

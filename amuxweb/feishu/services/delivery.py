@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from agents.models import Bot, Turn
 from amuxweb.feishu import client as feishu_client
+from amuxweb.feishu.messages import bot_text
 from amuxweb.feishu.models import OutboundDelivery
 from amuxweb.feishu.parsing import text_chunks
 
@@ -146,7 +147,7 @@ def feishu_notice_send(
         chat_id=chat_id,
         reply_to_message_id=reply_to_message_id,
         reply_in_thread=reply_in_thread,
-        text=text,
+        text=bot_text(bot=bot, text=text),  # the bridge's fixed texts speak the bot's language (A3)
         source_message_id=source_key or reply_to_message_id or chat_id,
         purpose=purpose,
     )

@@ -31,7 +31,12 @@ from agents.services.turns import (
 )
 from agents.services.turns.channels import AutomationChannel
 from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.messages import RETIRED_SESSION_TEXT, bot_secrets, inbound_message_build
+from amuxweb.feishu.messages import (
+    QUOTED_READ_FAILED_TEXT,
+    RETIRED_SESSION_TEXT,
+    bot_secrets,
+    inbound_message_build,
+)
 from amuxweb.feishu.models import InboundEvent, OutboundDelivery
 from amuxweb.feishu.parsing import ParsedMessage, content_text, message_parse
 from amuxweb.feishu.services.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
@@ -51,10 +56,6 @@ from threadcontext.services import (
 )
 
 logger = logging.getLogger(__name__)
-
-QUOTED_READ_FAILED_TEXT = (
-    "I could not read the message you replied to, so I did not send your request. Please try again."
-)
 
 
 def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: str = "") -> Turn | None:
