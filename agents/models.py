@@ -24,6 +24,10 @@ class Provider(models.Model):
     timeout_seconds = models.FloatField(default=60.0)
     max_retries = models.PositiveSmallIntegerField(default=2, help_text="Retries the SDK itself makes.")
     is_enabled = models.BooleanField(default=True)
+    # The last "Test connection" (agents.llm.registry.llm_connection_test): None until tested.
+    last_test_ok = models.BooleanField(null=True, blank=True)
+    last_test_at = models.DateTimeField(null=True, blank=True)
+    last_test_detail = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -287,7 +291,11 @@ class Turn(models.Model):
             # One turn per (bot, source message): a duplicate trigger never creates a second turn (T2).
             models.UniqueConstraint(fields=["bot", "source_message_id"], name="turn_unique_bot_source_message"),
         ]
-        indexes = [models.Index(fields=["status", "queued_at"], name="turn_status_queued")]
+        indexes = [
+            models.Index(fields=["status", "queued_at"], name="turn_status_queued"),
+            # The dashboard's bounded windows (24 h, 7 days) over all bots.
+            models.Index(fields=["queued_at"], name="turn_queued"),
+        ]
 
     def __str__(self) -> str:
         return f"turn {self.pk} ({self.trigger}, {self.status})"

@@ -5,6 +5,8 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from amuxweb.dashboard.views import admin_index
+
 
 def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
     # Resolved per request: the production manifest exists only after collectstatic, not when urls load.
@@ -22,6 +24,8 @@ urlpatterns = [
     # Browsers ask for /favicon.ico whatever the page says; the icon itself is a static file.
     path("favicon.ico", favicon),
     path("i18n/", include("django.conf.urls.i18n")),  # set_language: the console's language switcher
+    # The dashboard is the admin's front page: matched before the admin's own index (which stays admin:index).
+    path("admin/", admin.site.admin_view(admin_index), name="admin-dashboard"),
     path("admin/", admin.site.urls),
     path("api/v1/", include((api_v1, "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -130,7 +130,17 @@ class LLMModelInline(admin.TabularInline):
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
-    list_display = ["name", "kind", "base_url", "api_key_state", "timeout_seconds", "max_retries", "is_enabled"]
+    list_display = [
+        "name",
+        "kind",
+        "base_url",
+        "api_key_state",
+        "timeout_seconds",
+        "max_retries",
+        "is_enabled",
+        "last_test_state",
+    ]
+    change_form_template = "admin/agents/provider/change_form_with_test.html"
     list_filter = ["kind", "is_enabled"]
     search_fields = ["name", "base_url"]
     fields = [
@@ -149,6 +159,13 @@ class ProviderAdmin(admin.ModelAdmin):
     @admin.display(description=_("API key"))
     def api_key_state(self, provider: Provider) -> str:
         return secret_state(provider.api_key)
+
+    @admin.display(description="Last test", ordering="last_test_at")
+    def last_test_state(self, provider: Provider) -> str:
+        if provider.last_test_ok is None:
+            return "never tested"
+        outcome = "ok" if provider.last_test_ok else "FAILED"
+        return f"{outcome} at {provider.last_test_at:%Y-%m-%d %H:%M} UTC: {provider.last_test_detail}"
 
 
 @admin.register(LLMModel)

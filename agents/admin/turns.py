@@ -10,6 +10,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
@@ -19,6 +20,7 @@ from agents.llm.base import LLMError
 from agents.llm.registry import llm_connection_test
 from agents.models import Automation, LLMModel, Provider, Turn
 from agents.services.automations import automation_delete, automation_save
+from agents.services.providers import provider_last_test_record
 from amuxweb.admin import AuditAdmin, compact_time, pretty_json
 
 MAX_ERROR_COLUMN_CHARS = 64
@@ -198,8 +200,13 @@ def test_connection(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset
         try:
             answer, elapsed_ms = llm_connection_test(model=model)
         except LLMError as exc:
-            modeladmin.message_user(request, f"{label}: {type(exc).__name__}: {exc.message}", messages.ERROR)
+            detail = f"{type(exc).__name__}: {exc.message}"
+            provider_last_test_record(provider_id=model.provider_id, ok=False, detail=detail, at=timezone.now())
+            modeladmin.message_user(request, f"{label}: {detail}", messages.ERROR)
             continue
+        provider_last_test_record(
+            provider_id=model.provider_id, ok=True, detail=f"{model.name}: OK in {elapsed_ms} ms", at=timezone.now()
+        )
         message = gettext("%(label)s: OK in %(ms)s ms, answered %(answer)r") % {
             "label": label,
             "ms": elapsed_ms,

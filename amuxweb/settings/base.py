@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "threadcontext",
     "probe",
     "amuxweb.feishu",
+    "amuxweb.dashboard",
 ]
 
 MIDDLEWARE = [
