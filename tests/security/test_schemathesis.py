@@ -13,7 +13,9 @@ import json
 
 import pytest
 import schemathesis
+from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -27,6 +29,18 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application())
 
 EXAMPLES_PER_OPERATION = 6  # ~600 requests in all: about three minutes on one core
 FIGURES: dict[str, dict[str, int]] = {}
+
+
+@pytest.fixture(autouse=True)
+def _test_connection_kept_across_requests():
+    """The real WSGI app closes the database connection at the end of each request (close_old_connections), which
+    on PostgreSQL closes the test's own transaction under it. Django's test client disconnects the same two
+    receivers for the same reason; this does it for the WSGI transport schemathesis drives."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
