@@ -180,6 +180,15 @@ class Bot(models.Model):
         return self.feishu_app_id or self.slug
 
     @property
+    def feishu_secrets(self) -> tuple[str, ...]:
+        """The bot's Feishu secrets that are set: what no stored text, prompt or tool output may carry (C3)."""
+        return tuple(
+            secret
+            for secret in (self.feishu_app_secret, self.feishu_encrypt_key, self.feishu_verification_token)
+            if secret
+        )
+
+    @property
     def has_feishu_credentials(self) -> bool:
         return bool(self.feishu_app_id and self.feishu_app_secret)
 

@@ -48,7 +48,7 @@ def mcp_servers_enabled(*, bot: Bot) -> QuerySet[McpServer]:
 
 def bot_secrets(*, bot: Bot) -> tuple[str, ...]:
     """Every secret a tool's output must never carry to the model: all the bot's servers' and its own."""
-    values: list[str] = [bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token]
+    values: list[str] = list(bot.feishu_secrets)
     values.append(bot.primary_model.provider.api_key)
     for server in McpServer.objects.filter(bot=bot):
         values.extend(mcp_server_config(server=server).secrets())

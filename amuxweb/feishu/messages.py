@@ -70,6 +70,4 @@ def inbound_message_build(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, 
 
 def bot_secrets(bot: Bot) -> tuple[str, ...]:
     """What the collector redacts from any stored text (C3)."""
-    return tuple(
-        secret for secret in (bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token) if secret
-    )
+    return bot.feishu_secrets
