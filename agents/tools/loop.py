@@ -16,6 +16,8 @@ Invariants:
   rebuilt into the conversation from the record, and the loop continues with the next step. A call that was
   in flight when that run died was never recorded, so the model may ask for it again: it can run twice.
   The budget counts the replayed calls' recorded durations.
+- With `on_text`, every model call streams (`client.stream`) and feeds it each delta; `on_tool_step` gets one
+  short label per call about to run (never its arguments). Without them the calls are `client.complete`.
 """
 
 import json
@@ -99,6 +101,21 @@ def final_request(*, request: CompletionRequest, records: Sequence[ToolCallRecor
     return replace(request, tools=(), forced_tool="", messages=request.messages + (ChatMessage("user", text),))
 
 
+def model_call(
+    *, client: LLMClient, request: CompletionRequest, on_text: Callable[[str], None] | None = None
+) -> CompletionResult:
+    """One model call: streamed into `on_text` when there is one, else whole."""
+    if on_text is None:
+        return client.complete(request)
+    return client.stream(request, on_text=on_text)
+
+
+def tool_step_label(*, call: ToolCall, tools: dict[str, LoopTool]) -> str:
+    """What a person watching the card reads while the call runs: where it goes, never what it carries."""
+    tool = tools.get(call.name)
+    return f"{tool.server} · {tool.tool}" if tool is not None else call.name
+
+
 def added_usage(total: Usage, more: Usage) -> Usage:
     return Usage(
         input_tokens=total.input_tokens + more.input_tokens, output_tokens=total.output_tokens + more.output_tokens
@@ -151,10 +168,12 @@ def tool_loop_run(
     completed_calls: Sequence[ToolCallRecord] = (),
     record: Callable[[ToolCallRecord], None],
     clock: Callable[[], float] = time.monotonic,
+    on_text: Callable[[str], None] | None = None,
+    on_tool_step: Callable[[str], None] | None = None,
 ) -> tuple[CompletionResult, list[ToolCallRecord]]:
     """Run the loop; returns the final answer (usage summed over every model call) and every call in order."""
     if not tools and not completed_calls:
-        return client.complete(request), []
+        return model_call(client=client, request=request, on_text=on_text), []
     by_name = {tool.spec.name: tool for tool in tools}
     calls = sorted(completed_calls, key=lambda r: (r.step, r.index))
     messages = list(request.messages) + replayed_messages(calls)
@@ -167,8 +186,12 @@ def tool_loop_run(
             reason = f"the time budget of {limits.time_budget_seconds:g} s"
             break
         step += 1
-        result = client.complete(
-            replace(request, messages=tuple(messages), tools=tuple(tool.spec for tool in tools), forced_tool="")
+        result = model_call(
+            client=client,
+            request=replace(
+                request, messages=tuple(messages), tools=tuple(tool.spec for tool in tools), forced_tool=""
+            ),
+            on_text=on_text,
         )
         usage = added_usage(usage, result.usage)
         if not result.tool_calls:
@@ -191,6 +214,8 @@ def tool_loop_run(
                     error="time budget used up",
                 )
             else:
+                if on_tool_step is not None:
+                    on_tool_step(tool_step_label(call=call, tools=by_name))
                 done = tool_call_run(
                     call=call,
                     step=step,
@@ -215,7 +240,9 @@ def tool_loop_run(
             )
     if clock() >= deadline:
         reason = f"the time budget of {limits.time_budget_seconds:g} s"
-    result = client.complete(final_request(request=request, records=calls, reason=reason))
+    result = model_call(
+        client=client, request=final_request(request=request, records=calls, reason=reason), on_text=on_text
+    )
     usage = added_usage(usage, result.usage)
     # No tools were offered: a tool call in this answer is a provider quirk and is dropped, the text stands.
     return replace(result, tool_calls=(), usage=usage), calls

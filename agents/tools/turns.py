@@ -18,7 +18,7 @@ turn's reply (M3); the caller stores `result.text` as the one agent_reply.
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.conf import settings
 
@@ -29,7 +29,7 @@ from agents.mcp.errors import McpError
 from agents.mcp.output import redacted, tool_output_text
 from agents.mcp.services import bot_secrets, mcp_server_config, mcp_servers_enabled
 from agents.models import McpServer, Turn, TurnToolCall
-from agents.tools.loop import LoopTool, ToolCallRecord, ToolLimits, tool_loop_run
+from agents.tools.loop import LoopTool, ToolCallRecord, ToolLimits, model_call, tool_loop_run
 from amuxweb.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -163,12 +163,18 @@ def turn_tool_calls_completed(*, turn: Turn) -> list[ToolCallRecord]:
 
 
 def turn_tools_run(
-    *, turn: Turn, client: LLMClient, request: CompletionRequest
+    *,
+    turn: Turn,
+    client: LLMClient,
+    request: CompletionRequest,
+    on_text: Callable[[str], None] | None = None,
+    on_tool_step: Callable[[str], None] | None = None,
 ) -> tuple[CompletionResult, list[ToolCallRecord]]:
+    """The turn's answer through its bot's tools (streamed into `on_text` when given); see the module docstring."""
     bot = turn.bot
     servers = list(mcp_servers_enabled(bot=bot))
     if not servers or not bot.primary_model.supports_tool_calls:
-        return client.complete(request), []
+        return model_call(client=client, request=request, on_text=on_text), []
     secrets = bot_secrets(bot=bot)
     failures: list[tuple[McpServer, str]] = []
     tools = loop_tools(servers=servers, secrets=secrets, failures=failures)
@@ -200,4 +206,6 @@ def turn_tools_run(
         limits=tool_limits(servers=servers),
         completed_calls=turn_tool_calls_completed(turn=turn),
         record=lambda call: turn_tool_call_record(turn=turn, call=call, secrets=secrets),
+        on_text=on_text,
+        on_tool_step=on_tool_step,
     )

@@ -10,18 +10,33 @@ Hooks, in the order the runner calls them:
   what was recorded and never prepares again (so it writes no second decision). May raise `PrepareRetryable`.
 - `activation_contract(turn)`: every run; a discuss turn's contract is rebuilt from its judgement (one source).
 - `started(turn)`: the run began (the receipt reaction of R1 will hang here).
-- `stream_sink(turn)`: an optional `on_text(delta)` callback the model call feeds (the streaming card of R3).
+- `stream_sink(turn)`: an optional `StreamSink` the model calls feed while they run: each delta of text as the
+  provider streams it, and one short label per tool call (the streaming card of R3 shows both).
 - `deliver(turn, reply)`: idempotent (a fixed uuid per turn and chunk); raises `DeliveryRetryable` or
   `DeliveryPermanent`.
 - `failed(turn, status)`: the turn ended failed or delivery_failed; tell the chat in one line when it can be reached.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agents.models import Message, Thread, Turn
 
-TextSink = Callable[[str], None]
+
+class StreamSink:
+    """What the runner feeds while the model works. Called from the worker's thread, in order.
+
+    `text(delta)`: a piece of the answer as the provider streams it. With tools, every model call of the loop
+    streams; a `tool_step` marks where one call ended in tool calls and the next begins. The stored reply (and
+    what `deliver` gets) is the last call's whole text, so a sink must treat what it shows as a draft.
+    `tool_step(label)`: a tool call is about to run (a short label such as "docs · search"; never its arguments).
+    An exception from a sink propagates: the runner treats it like any error of the channel.
+    """
+
+    def text(self, delta: str) -> None:
+        return None
+
+    def tool_step(self, label: str) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -73,7 +88,7 @@ class TurnChannel:
     def started(self, *, turn: Turn) -> None:
         return None
 
-    def stream_sink(self, *, turn: Turn) -> TextSink | None:
+    def stream_sink(self, *, turn: Turn) -> StreamSink | None:
         return None
 
     def deliver(self, *, turn: Turn, reply: Message) -> None:

@@ -6,7 +6,8 @@ model thinks or a channel talks to Feishu:
 1. claim (ledger.turn_claim): a finished turn is left alone; a replied one goes straight to delivery;
 2. prepare, on the first claim only (channel.prepare): the prompt and the context decision are recorded with
    the user_message; a re-run sends exactly what was recorded;
-3. call the primary model (no transaction open), feeding the channel's stream sink when it has one;
+3. call the primary model (no transaction open) through the bot's tools (agents.tools: a bounded loop, each
+   call recorded as a TurnToolCall, never as a message), streaming into the channel's sink when it has one;
 4. store the reply (conditional on `reply_message IS NULL`): status `replied`; two racing runs keep one reply;
 5. deliver (channel.deliver, idempotent by its uuids): `delivered`, or a retry later, or `delivery_failed`.
 
@@ -45,10 +46,12 @@ from agents.services.turns.channels import (
     DeliveryRetryable,
     PrepareRetryable,
     Skip,
-    TextSink,
+    StreamSink,
     TurnChannel,
     channel_for,
 )
+from agents.tools.loop import model_call
+from agents.tools.turns import ToolServerUnavailableError, turn_tools_run
 from amuxweb.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -148,24 +151,34 @@ def _prepare(*, turn: Turn, channel: TurnChannel, started: float) -> Turn | None
 
 
 def _complete(
-    *, client, request: CompletionRequest, activation_contract: str, on_text: TextSink | None
+    *, turn: Turn, client, request: CompletionRequest, activation_contract: str, sink: StreamSink | None
 ) -> CompletionResult:
-    """One call; when the contract demands a message and the answer is empty, exactly one more (P9).
-
-    `on_text` receives the answer's text as it arrives; the adapters answer whole today, so it gets it once.
-    """
-    result = client.complete(request)
+    """The answer through the bot's tools (agents.tools), streamed into the channel's sink when it has one; when
+    the contract demands a message and the answer is empty, exactly one more call, without tools (P9)."""
+    on_text = sink.text if sink is not None else None
+    try:
+        result, _calls = turn_tools_run(
+            turn=turn,
+            client=client,
+            request=request,
+            on_text=on_text,
+            on_tool_step=sink.tool_step if sink is not None else None,
+        )
+    except ToolServerUnavailableError as exc:
+        raise PermanentError(exc.message) from exc
     if not result.text.strip() and activation_contract:
         restated = ChatMessage(role="user", content=f"{EMPTY_ANSWER_RETRY_NOTE}\n{activation_contract}")
-        retry = client.complete(
-            CompletionRequest(
+        retry = model_call(
+            client=client,
+            request=CompletionRequest(
                 model=request.model,
                 messages=(*request.messages, restated),
                 tools=request.tools,
                 forced_tool=request.forced_tool,
                 max_output_tokens=request.max_output_tokens,
                 temperature=request.temperature,
-            )
+            ),
+            on_text=on_text,
         )
         result = CompletionResult(
             text=retry.text,
@@ -176,8 +189,6 @@ def _complete(
             ),
             raw_finish_reason=retry.raw_finish_reason,
         )
-    if on_text is not None and result.text:
-        on_text(result.text)
     return result
 
 
@@ -224,10 +235,11 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Message | None:
         called = time.monotonic()
         try:
             result = _complete(
+                turn=turn,
                 client=client,
                 request=primary.request,
                 activation_contract=activation_contract,
-                on_text=channel.stream_sink(turn=turn),
+                sink=channel.stream_sink(turn=turn),
             )
         except SoftTimeLimitExceeded as exc:
             # The task's soft limit hit mid-call (a slow provider, SDK retries, the P9 second call): a transient
