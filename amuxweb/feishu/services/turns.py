@@ -8,6 +8,7 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
   transient read failure retries, a permanent one tells the user and submits nothing), the topic root when due
   (read online when not stored, C8), threadcontext's selection and decision; whether the root went in is noted;
 - activation_contract: a discuss turn's contract, rebuilt from its judgement (P9; one source, never the broker);
+- attachments: the message's images and files, read now for this run and never stored (amuxweb.feishu.attachments);
 - deliver: the reply in the topic with a uuid fixed per turn and chunk (F3), then the agent_output event, then,
   only if the prompt really held the root, topic_root_prompt_delivered (C8);
 - notice: one line to the chat (failure, delivery failure, unreadable quote).
@@ -26,11 +27,13 @@ from agents.services.turns import (
     Prepared,
     PrepareRetryable,
     Skip,
+    TurnAttachments,
     TurnChannel,
     turn_get_or_create,
 )
 from agents.services.turns.channels import AutomationChannel
 from amuxweb.feishu import client as feishu_client
+from amuxweb.feishu.attachments import turn_attachments_fetch
 from amuxweb.feishu.messages import (
     QUOTED_READ_FAILED_TEXT,
     RETIRED_SESSION_TEXT,
@@ -233,6 +236,14 @@ class FeishuChannel(TurnChannel):
 
     def activation_contract(self, *, turn: Turn) -> str:
         return discuss_contract_get(turn=turn)
+
+    def attachments(self, *, turn: Turn, vision: bool) -> TurnAttachments:
+        parsed = source_parsed(turn=turn)
+        if parsed is None:
+            return TurnAttachments()
+        return turn_attachments_fetch(
+            bot=turn.bot, parsed=parsed, vision=vision, context_window=turn.bot.primary_model.context_window
+        )
 
     def deliver(self, *, turn: Turn, reply: Message) -> None:
         bot = turn.bot
