@@ -19,9 +19,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from lark_oapi.channel.normalize.converters import interactive as sdk_card_converter
-from lark_oapi.channel.types import InteractiveContent
-
 from threadcontext.models import MAIN_TIMELINE_KEY
 
 SLASH_COMMANDS = ("/new", "/help")
@@ -253,6 +250,10 @@ def card_text(content: dict[str, Any]) -> str:
         lines.append(content["text"].strip())
     lines.extend(_card_elements_text(content.get("elements")))
     if "schema" in content or "body" in content or "header" in content:
+        # Lazy: lark_oapi.channel loads the SDK's whole channel layer; only a CardKit JSON card needs its walk.
+        from lark_oapi.channel.normalize.converters import interactive as sdk_card_converter
+        from lark_oapi.channel.types import InteractiveContent
+
         walked, _ = sdk_card_converter.convert(InteractiveContent(card=content))
         if walked and walked != "[interactive]":
             lines.extend(line for line in walked.split("\n") if line.strip() and line.strip() not in lines)

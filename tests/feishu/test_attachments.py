@@ -11,6 +11,7 @@ from django.apps import apps
 
 from agents.models import Bot, Turn
 from amuxweb.feishu.attachments import ATTACHMENTS_HEADER, ATTACHMENTS_PREAMBLE
+from amuxweb.feishu.signing import message_event_payload
 from tests.agents.test_llm_adapters import APIS, model_for
 from tests.stubs.llm_servers import BODY_BUILDERS, StubResponse, openai_chat_body
 from threadcontext.models import ThreadContextItem
@@ -43,8 +44,6 @@ def holds(value, expected) -> bool:
 
 
 def dm(feishu, bot: Bot, *, message_type: str, content: dict, message_id: str = "") -> str:
-    from amuxweb.feishu.signing import message_event_payload
-
     message_id = message_id or "om_" + secrets.token_hex(8)
     payload = message_event_payload(
         verification_token=bot.feishu_verification_token,
@@ -262,8 +261,6 @@ def test_g7_thread_context_keeps_the_label_of_an_earlier_picture_never_its_body(
 ):
     # given: a picture posted in a group without an @, then an @ in its topic asking about it
     bot = chat_bot(vision=True)
-    from amuxweb.feishu.signing import message_event_payload
-
     picture = message_event_payload(
         verification_token=bot.feishu_verification_token,
         app_id=bot.feishu_app_id,

@@ -133,7 +133,7 @@ def test_g7_webhook_each_type_is_stored_parsed_and_kept_in_thread_context_as_its
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
-def test_g7_long_connection_parses_a_file_message_with_the_same_parser(feishu_stub, make_feishu_bot, settings):
+def test_g7_long_connection_parses_every_type_with_the_same_parser(feishu_stub, make_feishu_bot, settings):
     # given: a long-connection bot, connected to the stub's websocket
     stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
     settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
@@ -142,21 +142,25 @@ def test_g7_long_connection_parses_a_file_message_with_the_same_parser(feishu_st
     connection = LongConnection(bot=bot)
     thread = threading.Thread(target=connection.run, name="longconn-types", daemon=True)
     thread.start()
+    pushed = {}
     try:
         stub.wait_connections(1)
-        payload = payload_of(bot, message_type="file", content={"file_key": "file_v3_log", "file_name": "ci.log"})
-        # when
-        frame_id = stub.push(payload)
-        stub.wait_acked([frame_id])
+        # when: one message of each type is pushed over the connection
+        for message_type, content, text, attachments in LABELLED_TYPES:
+            payload = payload_of(bot, message_type=message_type, content=content)
+            pushed[payload["event"]["message"]["message_id"]] = (text, attachments)
+            stub.wait_acked([stub.push(payload)])
         connection.flush()
     finally:
         connection.stop()
         thread.join(timeout=15)
         stub.stop()
     # then: the same references and the same label in thread context as over the webhook
-    event = InboundEvent.objects.get(bot=bot)
-    assert message_parse(event.payload).attachments == (Attachment(kind="file", key="file_v3_log", name="ci.log"),)
-    assert ThreadContextItem.objects.get(chat_id="oc_team").text == "[file: ci.log]"
+    for message_id, (text, attachments) in pushed.items():
+        parsed = message_parse(InboundEvent.objects.get(bot=bot, message_id=message_id).payload)
+        assert (parsed.text, parsed.attachments) == (text, attachments)
+        assert ThreadContextItem.objects.get(message_id=message_id).text == text
+    assert feishu_stub.requests_to("resource") == []
 
 
 @pytest.mark.django_db
