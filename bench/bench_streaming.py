@@ -95,7 +95,7 @@ def _measure(*, bot, feishu, llm) -> dict:
 
     from tests.stubs.llm_servers import StubResponse, openai_chat_body
 
-    client = Client()
+    client = Client(HTTP_HOST="localhost")  # an allowed host of the settings (not "testserver")
     answer = " ".join(f"word{n}" for n in range(STREAM_WORDS))
     receipt_ms, first_content_ms, updates_per_second, calls_per_reply = [], [], [], []
     routes: Counter[str] = Counter()

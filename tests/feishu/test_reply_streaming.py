@@ -201,3 +201,22 @@ def test_r2_a_code_fence_longer_than_a_chunk_is_split_outside_the_fence(
     assert body_lines == code.split("\n")
     expected_type = "text" if reply_format == "text" else "interactive"
     assert {sent["msg_type"] for sent in feishu.stub.sent} == {expected_type}
+
+
+def test_r3_a_5xx_on_the_cards_reply_while_streaming_is_tried_again_with_the_same_uuid(
+    feishu, make_feishu_bot, llm_stub
+):
+    # given: Feishu fails the first reply carrying the card (a 500), the model streams for a while
+    bot = make_feishu_bot(primary_model=openai_model(llm_stub))
+    llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text=ANSWER), chunk_delay_seconds=0.03))
+    feishu.stub.fail_next("reply", status=500, code=1, msg="internal error")
+    # when
+    feishu.say(bot, text="plan it", mention=[bot], message_id="om_q")
+    # then: the same card was posted by a later try under the same uuid; no plain fallback, delivered once
+    assert Turn.objects.get().status == "delivered"
+    [card_id] = feishu.stub.cards
+    uuids = [request.body["uuid"] for request in feishu.stub.requests_to("reply")]
+    assert len(uuids) == 2 and len(set(uuids)) == 1
+    [reply] = feishu.stub.sent
+    assert reply["msg_type"] == "interactive"
+    assert feishu.stub.card_text(card_id) == ANSWER

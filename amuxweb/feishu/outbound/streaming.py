@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 # Feishu allows 10 updates per second per card: never two updates of one card closer than this. 120 ms, not
 # 100: Feishu counts arrivals, and a request that left 100 ms after another can arrive closer to it.
 MIN_UPDATE_GAP_SECONDS = 0.12
+# After Feishu failed to create or post the card for now (5xx, transport), the next try waits at least this long.
+CARD_RETRY_SECONDS = 1.0
 # Feishu's codes for a card whose streaming was closed (by us or by its 10-minute limit): continue in a new card.
 STREAMING_ENDED_CODES = frozenset({200850, 300309})
 
@@ -132,6 +134,7 @@ class StreamingCard:
         self._last_push = 0.0  # monotonic time of the last update sent to the current card
         self._text = ""
         self._final = False  # in finish: a failure a later try may fix is raised, not merged
+        self._card_retry_at = 0.0  # after a failed create/reply while streaming, not again before this
 
     # --- the producer's side -----------------------------------------------------------------------------
     def update(self, text: str) -> None:
@@ -139,6 +142,8 @@ class StreamingCard:
         self._text = text
         if self.state.is_finished or self.state.is_fallback:
             return
+        if not (self.state.card_id and self.state.message_id) and time.monotonic() < self._card_retry_at:
+            return  # Feishu failed the card a moment ago: not once per token of the answer
         if not self._ensure_card():
             return
         self._roll_while_needed(final=False)
@@ -205,7 +210,8 @@ class StreamingCard:
             if error.is_retryable:
                 if self._final:
                     raise
-                return False  # the next update tries again
+                self._card_retry_at = time.monotonic() + max(self.interval, CARD_RETRY_SECONDS)
+                return False  # a later update tries again
             self._fall_back(error, step="card")
             return False
         return True
