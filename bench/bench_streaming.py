@@ -13,6 +13,15 @@ Reported (monotonic clocks of one machine; the stubs record when each request ar
 - LLM stub's first token -> first card content at the stub: the card's own overhead (goal p50 < 300 ms);
 - card updates per second per card while it streams (the densest one-second window; Feishu allows 10);
 - Feishu calls per reply (everything but token and bot-info reads), by route.
+
+Where the time goes (one run on the shared 2-core machine, load average ~15, PostgreSQL + Redis): receipt p50
+~960 ms = two task hops through the broker (the event, then the turn) + routing and the context selection before
+`started` runs; first token -> first card content p50 ~400 ms = card.create + the reply carrying the card, which
+waits for the chat's send budget (the receipt took its token a moment before: one token per 1/4.5 s), then the
+first content update, refused by the budget right after the reply and sent at the next token. The per-chat
+budget on reactions and card updates (issue 13 item 5) is most of that second number: Feishu's own 5/s-per-chat
+limit counts messages only, so letting reactions and card updates take only from the app's budget would cut it to
+about one round trip per call.
 """
 
 import json
