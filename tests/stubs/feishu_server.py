@@ -212,8 +212,28 @@ class FeishuStub:
     def card_text(self, card_id: str) -> str:
         """The card's markdown, element by element, as a person would read it."""
         with self.lock:
+            if card_id not in self.cards:
+                return ""
             elements = self.cards[card_id]["card"].get("body", {}).get("elements", [])
             return "\n".join(str(e.get("content", "")) for e in elements if e.get("tag") == "markdown")
+
+    def message_text(self, sent: dict[str, Any]) -> str:
+        """What a person reads in a message the stub posted: a text's text, a card's markdown (a CardKit card
+        sent by reference is read as it shows now)."""
+        try:
+            content = json.loads(sent.get("content") or "{}")
+        except ValueError:
+            return ""
+        if sent.get("msg_type") == "interactive":
+            if content.get("type") == "card":
+                return self.card_text(str((content.get("data") or {}).get("card_id") or ""))
+            elements = (content.get("body") or {}).get("elements") or []
+            return "\n".join(str(e.get("content", "")) for e in elements if e.get("tag") == "markdown")
+        return str(content.get("text", ""))
+
+    def sent_texts(self, *, app_id: str | None = None) -> list[str]:
+        """The text of every message posted, in order (only `app_id`'s when given)."""
+        return [self.message_text(sent) for sent in self.sent if app_id is None or sent["app_id"] == app_id]
 
     @staticmethod
     def max_per_second(requests: list[RecordedRequest]) -> int:

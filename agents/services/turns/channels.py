@@ -78,6 +78,11 @@ FAILED_NOTICE_TEXT = "Sorry, something went wrong and I could not answer this me
 DELIVERY_FAILED_NOTICE_TEXT = "Sorry, I wrote an answer but could not post it here."
 
 
+def failure_notice_text(*, status: str) -> str:
+    """The one line a chat hears when its turn ended failed or delivery_failed."""
+    return DELIVERY_FAILED_NOTICE_TEXT if status == Turn.Status.DELIVERY_FAILED else FAILED_NOTICE_TEXT
+
+
 class TurnChannel:
     """Defaults: nothing to prepare beyond the stored user_message, nothing to deliver, nobody to tell."""
 
@@ -105,8 +110,7 @@ class TurnChannel:
         return None
 
     def failed(self, *, turn: Turn, status: str) -> None:
-        text = DELIVERY_FAILED_NOTICE_TEXT if status == Turn.Status.DELIVERY_FAILED else FAILED_NOTICE_TEXT
-        self.notice(turn=turn, text=text, purpose=f"turn_{status}")
+        self.notice(turn=turn, text=failure_notice_text(status=status), purpose=f"turn_{status}")
 
 
 class RestChannel(TurnChannel):
