@@ -35,6 +35,7 @@ PRIMARY_OUTPUT_TOKENS = 150
 JUDGE_OUTPUT_TOKENS = 20
 JUDGE_SCHEMA_TOKENS = 300
 NEEDS_BOT = "[needs the bot]"
+BURST_GAP_SECONDS = 10  # messages of a burst are < 1 s apart, bursts 20-120 s
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
@@ -73,6 +74,7 @@ class Tally:
     primary_seconds: float = 0.0
     primary_queries: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
+    replied_to: list[int] = field(default_factory=list)  # index of each primary call's newest message
 
     @property
     def total_tokens(self) -> int:
@@ -178,6 +180,7 @@ def _scenario(name: str, *, gated: bool, debounce: bool, traffic, tally: Tally) 
         )
         tally.primary_calls += 1
         tally.primary_tokens += PRIMARY_OVERHEAD_TOKENS + context + PRIMARY_OUTPUT_TOKENS
+        tally.replied_to.append(int(wake.last_message_id.rsplit("_", 1)[1]))
         record(f"{wake.last_message_id}-reply", "Here is what I think.", item_type="agent_output",
                bridge_id=bot.bridge_id, label="planner")  # fmt: skip
         return Turn.objects.create(
@@ -215,6 +218,23 @@ def _scenario(name: str, *, gated: bool, debounce: bool, traffic, tally: Tally) 
         probe_services._judge_client = original_client
         discuss.discuss_activation_start = original_start
     return tally
+
+
+def _missed(traffic, tally: Tally) -> int:
+    """Messages that needed the bot with no reply to them: no primary call for a message of the same burst at
+    or after it (with debounce a burst is one wake; bursts are more than BURST_GAP_SECONDS apart)."""
+    burst_of, burst = [], 0
+    for index, (at, _) in enumerate(traffic):
+        if index and (at - traffic[index - 1][0]).total_seconds() > BURST_GAP_SECONDS:
+            burst += 1
+        burst_of.append(burst)
+    replied = set(tally.replied_to)
+    return sum(
+        1
+        for index, (_, needs_bot) in enumerate(traffic)
+        if needs_bot
+        and not any(later in replied for later in range(index, len(traffic)) if burst_of[later] == burst_of[index])
+    )
 
 
 def run() -> None:
@@ -257,6 +277,7 @@ def run() -> None:
           f"(debounce)")  # fmt: skip
     print(f"total tokens gated/ungated: {plain.total_tokens / ungated.total_tokens:.3f} (no debounce), "
           f"{debounced.total_tokens / ungated.total_tokens:.3f} (debounce)")  # fmt: skip
+    print("needed replies missed: " + ", ".join(f"{name} {_missed(traffic, tally)}" for name, tally in results.items()))
     print(f"probes per message: {plain.probes / MESSAGES:.3f} without debounce, "
           f"{debounced.probes / MESSAGES:.3f} with debounce (ratio {debounced.probes / max(plain.probes, 1):.3f})")  # fmt: skip
     print("gate ms/msg and queries/msg: wake schedule + sweep + gate + judgement row + log record per message; "
