@@ -1,7 +1,7 @@
 """Feishu webhook intake under load: gunicorn + PostgreSQL + Redis, load from a second process on loopback.
 
-The bench starts its own gunicorn (4 sync workers) on a free port against its own database
-(`amux_bench_webhook` on the PostgreSQL server of DATABASE_URL, else on 127.0.0.1:5432; a temporary SQLite file
+The bench starts its own gunicorn (4 sync workers, `--preload` as in production) on a free port against its
+own database (`amux_bench_webhook` on the PostgreSQL server of DATABASE_URL, else on 127.0.0.1:5432; a temporary SQLite file
 only when no PostgreSQL answers) and a Redis broker (REDIS_URL, else redis://127.0.0.1:6379/5). No Celery worker
 runs: the webhook stores and enqueues, which is exactly what Feishu waits for. A second process posts
 pre-signed, encrypted `im.message.receive_v1` events (distinct message ids, plus 10% replays of earlier ones)
@@ -260,7 +260,17 @@ def run() -> None:
         gunicorn = str(Path(sys.executable).with_name("gunicorn"))
         server_log = tempfile.NamedTemporaryFile("w+", prefix="bench_webhook_gunicorn_", suffix=".log", delete=False)
         server = subprocess.Popen(
-            [gunicorn, "amuxweb.wsgi", "-w", str(WORKERS), "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
+            [
+                gunicorn,
+                "amuxweb.wsgi",
+                "--preload",
+                "-w",
+                str(WORKERS),
+                "-b",
+                f"127.0.0.1:{port}",
+                "--log-level",
+                "warning",
+            ],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

@@ -4,6 +4,7 @@ No ORM and no settings here, so every rule is tested without a database (STYLE: 
 functions). The numbers and the parsing follow seed 003's final code (reference §1.1-1.5), see ARCHITECTURE P5-P7.
 """
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -153,6 +154,44 @@ def admit_window(*, messages: list[ChatMessage], budget: int) -> list[ChatMessag
             cut = only.content[:head] + TRUNCATION_SEPARATOR + (only.content[-tail:] if tail else "")
             window = [ChatMessage(role=only.role, content=cut)]
     return window
+
+
+# --- Since the last verdict (issue 11, discuss cost) ---------------------------------------------------------
+# A burst in a busy group is a handful of messages, and the judge used to see the whole transcript (40 items)
+# on every probe: the same history paid for again and again. It now sees what arrived since its last verdict in
+# the topic plus this many messages it already judged, what the new ones answer or refer to.
+PROBE_SEEN_TAIL_MESSAGES = 6
+# The newest messages a verdict saw, digested in order: where the next probe's new messages start. Three, so an
+# "ok" repeated later is not taken for the place the last verdict stopped.
+PROBE_SEEN_MARK_MESSAGES = 3
+
+
+def seen_mark(*, messages: list[ChatMessage]) -> str:
+    """The digest of the newest messages a verdict was given on ("" for none)."""
+    if not messages:
+        return ""
+    digest = hashlib.sha256()
+    for message in messages[-PROBE_SEEN_MARK_MESSAGES:]:
+        digest.update(f"{message.role}\0{message.content}\0".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def since_last_verdict(
+    *, messages: list[ChatMessage], mark: str, tail: int = PROBE_SEEN_TAIL_MESSAGES
+) -> list[ChatMessage]:
+    """The messages new since the verdict that left `mark`, after the `tail` newest it had seen.
+
+    The mark is looked for from the newest end, so the newest place it matches is where the last verdict
+    stopped. No mark, or a mark no longer in the transcript (more new messages than the transcript holds, or the
+    record expired): every message, as before. Always a contiguous suffix, so admit_window's rules (P5) apply
+    unchanged to what is left.
+    """
+    if not mark:
+        return messages
+    for end in range(len(messages), 0, -1):
+        if seen_mark(messages=messages[:end]) == mark:
+            return messages[max(0, end - tail) :]
+    return messages
 
 
 # --- The request (P6): the ONE builder production and tests use ---------------------------------------------

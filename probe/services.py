@@ -29,11 +29,13 @@ Exit table (reference §1.6; gate_ran False = no gate, the turn runs as without 
                                                   missing / malformed WARN
 """
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
@@ -49,6 +51,8 @@ from probe.rules import (
     admit_window,
     context_budget,
     judge_request_build,
+    seen_mark,
+    since_last_verdict,
     verdict_parse,
 )
 from probe.selectors import gate_config_get
@@ -57,6 +61,14 @@ logger = logging.getLogger(__name__)
 
 LOG_MESSAGE = "discuss probe"
 JUDGEMENT_RETENTION_DAYS = 30
+# How long the place of a topic's last verdict is remembered; when it is gone the judge sees the whole transcript.
+SEEN_MARK_SECONDS = 24 * 3600
+
+
+def _seen_mark_key(*, bot: Bot, topic: str) -> str | None:
+    """Per bot and topic; a caller that names no topic has nothing remembered (the judge sees everything)."""
+    digest = hashlib.sha256(topic.encode("utf-8", "surrogatepass")).hexdigest()[:32]  # a bounded, safe cache key
+    return f"probe:seen:{bot.pk}:{digest}" if topic else None
 
 
 @dataclass(frozen=True)
@@ -179,8 +191,12 @@ def probe_gate_run(
     thread: Thread | None = None,
     turn: Turn | None = None,
     wake_id: int | None = None,
+    topic: str = "",
 ) -> GateResult:
     """Judge whether a discuss-mode bot should speak on this wake, before any expensive work (P1-P8).
+
+    `topic` names the conversation the transcript is of (the wake's chat and topic root): the judge then sees
+    only what changed there since its last verdict, plus a short tail (probe.rules.since_last_verdict).
 
     Fails closed (gate_ran, not activated) on every fault once a judge is configured; stays ungated
     (gate_ran False) only where the reference's exit table says so.
@@ -200,6 +216,9 @@ def probe_gate_run(
             cause=Cause.MODEL_WINDOW_TOO_SMALL,
             error=f"context window {model.context_window} cannot hold a minimal judge request",
         )
+    seen_key = _seen_mark_key(bot=bot, topic=topic)
+    if seen_key is not None:
+        transcript = since_last_verdict(messages=transcript, mark=cache.get(seen_key, ""))
     window = admit_window(messages=transcript, budget=budget)
     if not window:
         return _finish(**common, model=model, gate_ran=True, cause=Cause.NO_VALID_WINDOW)
@@ -225,6 +244,10 @@ def probe_gate_run(
         )
     duration_ms = int((time.monotonic() - started) * 1000)
     verdict = verdict_parse(tool_calls=result.tool_calls)
+    if seen_key is not None and verdict.outcome in (Outcome.ACT, Outcome.NO_ACTION):
+        # Only a verdict marks messages as judged: after an error, a missing or malformed answer the next probe
+        # sees them again.
+        cache.set(seen_key, seen_mark(messages=transcript), timeout=SEEN_MARK_SECONDS)
     return _finish(
         **common,
         model=model,

@@ -1,5 +1,10 @@
+import sys
+
+from celery.signals import worker_init
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
+
+from amuxweb.feishu import lark_modules_load, lazy_module_is_loaded
 
 
 class FeishuConfig(AppConfig):
@@ -19,10 +24,19 @@ class FeishuConfig(AppConfig):
         channel_register(Thread.Channel.AUTOMATION, FeishuAutomationChannel())
 
         def forget(sender, instance, **kwargs) -> None:
-            from amuxweb.feishu.webhook import bot_cache_forget
+            # A process that never loaded the webhook (a command, beat) caches no bot: reading the lazy module
+            # here would import lark-oapi for nothing (amuxweb.feishu).
+            if lazy_module_is_loaded("amuxweb.feishu.webhook"):
+                sys.modules["amuxweb.feishu.webhook"].bot_cache_forget(bot_pk=instance.pk, slug=instance.slug)
 
-            bot_cache_forget(bot_pk=instance.pk, slug=instance.slug)
+        # A Celery worker calls Feishu: lark-oapi is loaded as it starts, in the parent before the pool forks,
+        # never inside a task (the WSGI app does the same in amuxweb/wsgi.py).
+        worker_init.connect(_lark_modules_load, weak=False, dispatch_uid="feishu_lark_modules_load")
 
         # The webhook's per-process bot cache: a save or delete in this process takes effect at once.
         post_save.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_save")
         post_delete.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_delete")
+
+
+def _lark_modules_load(**kwargs) -> None:
+    lark_modules_load()

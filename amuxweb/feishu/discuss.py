@@ -309,7 +309,13 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
     transcript = (
         discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id) if will_judge else []
     )
-    gate = probe_gate_run(bot=bot, transcript=transcript, thread=_session_thread(wake=wake), wake_id=wake.pk)
+    gate = probe_gate_run(
+        bot=bot,
+        transcript=transcript,
+        thread=_session_thread(wake=wake),
+        wake_id=wake.pk,
+        topic=f"{wake.chat_id}:{wake.root_msg_id}",
+    )
     if gate.retryable and wake.attempts < MAX_ATTEMPTS:
         backoff = timedelta(seconds=RETRY_BACKOFF_SECONDS[wake.attempts - 1])
         wake.due_at = now + backoff

@@ -9,7 +9,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from amuxweb.feishu.webhook import captured_event_store, webhook_bot_get, webhook_handle
+# The module, not its names: it is lazy (lark-oapi, amuxweb.feishu) and the URLconf is loaded by `manage.py check`.
+from amuxweb.feishu import webhook as feishu_webhook
 
 logger = logging.getLogger(__name__)
 
@@ -17,7 +18,7 @@ logger = logging.getLogger(__name__)
 @csrf_exempt
 @require_POST
 def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
-    bot = webhook_bot_get(slug=bot_slug)
+    bot = feishu_webhook.webhook_bot_get(slug=bot_slug)
     if bot is None:
         return JsonResponse({"message": "Unknown bot.", "extra": {"bot": bot_slug}}, status=404)
     if not bot.feishu_verification_token:
@@ -43,7 +44,7 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         )
         return JsonResponse({"message": "Body too large.", "extra": {"limit_bytes": limit}}, status=413)
 
-    outcome = webhook_handle(
+    outcome = feishu_webhook.webhook_handle(
         bot=bot,
         path=request.path,
         headers=dict(request.headers.items()),
@@ -52,7 +53,7 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
     )
     if outcome.event is not None:
         try:
-            if captured_event_store(bot=bot, event=outcome.event) is None:
+            if feishu_webhook.captured_event_store(bot=bot, event=outcome.event) is None:
                 # Authenticated but shapeless: acknowledge so Feishu stops retrying a payload we never accept.
                 return JsonResponse({"msg": "ignored"})
         except DatabaseError:

@@ -349,7 +349,7 @@ class StreamingCard:
             )
 
     # --- fallback: plain replies with the whole text -------------------------------------------------------------
-    def _fall_back(self, error: feishu_client.FeishuApiError, *, step: str) -> None:
+    def _fall_back(self, error: "feishu_client.FeishuApiError", *, step: str) -> None:
         logger.warning(
             "feishu streaming card refused, falling back to a plain reply",
             extra={"bot": self.bot.slug, "step": step, "code": error.code},

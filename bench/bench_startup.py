@@ -1,0 +1,208 @@
+"""Start-up and memory (issue 11): CPU seconds and peak RSS of each kind of process, against a bare
+`django.setup()` in the same run.
+
+Measured, each in a fresh child on its own SQLite file (migrated first, not counted), with the broker of
+REDIS_URL or the embedded one:
+- `python -c "import django; django.setup()"`: the floor every process pays;
+- `manage.py check` and `manage.py feishu_context_explain <root>` (which finds no decision): commands that call
+  neither Feishu nor a provider, so neither lark-oapi nor a provider SDK may be imported (tests/test_startup.py);
+- a gunicorn boot with `--preload` (the master loads the WSGI app, lark-oapi included, once; its worker is a
+  fork) and a Celery worker boot (`worker_init` loads lark-oapi in the main process before the pool forks):
+  CPU of the master/main process and of one worker up to the first answer / "ready", RSS at idle after it, and
+  PSS (what a forked worker costs beyond the pages it shares with its master).
+A command's CPU and peak RSS come from `os.wait4` (the child's own rusage); a server's from /proc.
+Goals: <= 1.5 s of CPU for a command that calls neither Feishu nor a provider; <= 150 MB RSS for an idle web or
+worker process. Bounded: every child has BOOT_TIMEOUT_SECONDS.
+
+Before this bench's change every process imported lark-oapi (10,728 modules): `feishu_context_explain` took
+13.5 s of CPU and 315 MB on a quiet machine (issue 11), `manage.py check` ~9 s CPU / 240 MB on this busy one.
+"""
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOT_TIMEOUT_SECONDS = 120
+COMMAND_CPU_GOAL_SECONDS = 1.5
+IDLE_RSS_GOAL_MB = 150
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+HEAVY_SDKS = ("lark_oapi", "openai", "anthropic", "google.genai")
+
+
+@dataclass(frozen=True)
+class Cost:
+    name: str
+    cpu_seconds: float
+    rss_mb: float
+    pss_mb: float | None = None
+    uss_mb: float | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _env(database: Path) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "PYTEST_CURRENT_TEST"}
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "amuxweb.settings.base",
+            "DATABASE_URL": f"sqlite:///{database}",
+            "SECRET_KEY": "bench-startup-" + secrets.token_hex(16),
+            "DEBUG": "false",
+            "SECURE_SSL_REDIRECT": "false",
+            "ALLOWED_HOSTS": "127.0.0.1",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    return env
+
+
+def _command_cost(name: str, argv: list[str], env: dict[str, str]) -> Cost:
+    """One child run to its end: its own user+system CPU and peak RSS (wait4's rusage is the child's alone)."""
+    child = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, status, usage = os.wait4(child.pid, 0)
+    finally:
+        child.returncode = 0  # reaped by wait4: keep Popen from waiting again
+    stderr = child.stderr.read().decode(errors="replace") if child.stderr else ""
+    if os.waitstatus_to_exitcode(status) not in (0, 1):  # 1: the explain command's "no decision recorded"
+        raise RuntimeError(f"{name} failed: {stderr[-1000:]}")
+    return Cost(name, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def _proc_memory_mb(pid: int) -> tuple[float, float, float]:
+    """(RSS, PSS, USS) in MB: PSS divides each shared page among the processes that map it; USS is the pages
+    this process alone holds (what one more forked worker costs)."""
+    values = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("Rss", "Pss", "Private_Clean", "Private_Dirty"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["Rss"], values["Pss"], values["Private_Clean"] + values["Private_Dirty"]
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(value) for value in path.read_text().split()] if path.exists() else []
+
+
+def _server_costs(label: str, main_pid: int) -> list[Cost]:
+    time.sleep(1.0)  # idle: let the boot's last allocations settle before reading memory
+    costs = []
+    for role, pid in [("main", main_pid), *(("worker", child) for child in _children(main_pid)[:1])]:
+        rss, pss, uss = _proc_memory_mb(pid)
+        costs.append(Cost(f"{label} {role}", _proc_cpu_seconds(pid), rss, pss, uss))
+    return costs
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _gunicorn_boot(env: dict[str, str]) -> list[Cost]:
+    port = _free_port()
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+    argv = [gunicorn, "amuxweb.wsgi:application", "--preload", "--workers", "1", "--bind", f"127.0.0.1:{port}"]
+    server = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + BOOT_TIMEOUT_SECONDS
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/feishu/ping/", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("gunicorn did not answer")
+            time.sleep(0.2)
+        return _server_costs("gunicorn --preload", server.pid)
+    finally:
+        _stop(server)
+
+
+def _celery_boot(env: dict[str, str], log: Path) -> list[Cost]:
+    celery = str(Path(sys.executable).with_name("celery"))
+    argv = [celery, "-A", "amuxweb", "worker", "--concurrency", "1", "--without-gossip", "--without-mingle"]
+    argv += ["--without-heartbeat", "--loglevel", "INFO", "--logfile", str(log)]
+    worker = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + BOOT_TIMEOUT_SECONDS
+        while not (log.exists() and " ready." in log.read_text(errors="replace")):
+            if time.monotonic() > deadline or worker.poll() is not None:
+                raise RuntimeError("the Celery worker did not become ready")
+            time.sleep(0.2)
+        return _server_costs("celery worker", worker.pid)
+    finally:
+        _stop(worker)
+
+
+def _sdks_imported_by(argv: list[str], env: dict[str, str]) -> list[str]:
+    code = (
+        "import sys; from django.core.management import execute_from_command_line\n"
+        f"try: execute_from_command_line({argv!r})\n"
+        "except SystemExit: pass\n"
+        f"print('SDKS=' + ','.join(name for name in {HEAVY_SDKS!r} if name in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    line = next(line for line in reversed(out.stdout.splitlines()) if line.startswith("SDKS="))
+    return [name for name in line.removeprefix("SDKS=").split(",") if name]
+
+
+def run() -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="amux-bench-startup-"))
+    try:
+        env = _env(scratch / "bench.sqlite3")
+        python, manage = sys.executable, str(ROOT / "manage.py")
+        subprocess.run([python, manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True, capture_output=True)
+        costs = [
+            _command_cost("django.setup() (bare)", [python, "-c", "import django; django.setup()"], env),
+            _command_cost("manage.py check", [python, manage, "check"], env),
+            _command_cost("manage.py feishu_context_explain", [python, manage, "feishu_context_explain", "om_x"], env),
+            *_gunicorn_boot(env),
+            *_celery_boot(env, scratch / "celery.log"),
+        ]
+        bare = costs[0]
+        print(f"{'process':40} {'CPU s':>7} {'x bare':>7} {'RSS MB':>7} {'PSS MB':>7} {'USS MB':>7}")
+        for cost in costs:
+            shared = "".join(
+                f" {value:7.0f}" if value is not None else f" {'-':>7}" for value in (cost.pss_mb, cost.uss_mb)
+            )
+            ratio = cost.cpu_seconds / bare.cpu_seconds if bare.cpu_seconds else 0.0
+            print(f"{cost.name:40} {cost.cpu_seconds:7.2f} {ratio:7.2f} {cost.rss_mb:7.0f}{shared}")
+        for argv in (["manage.py", "check"], ["manage.py", "feishu_context_explain", "om_x"]):
+            print(f"heavy SDKs imported by {' '.join(argv[1:])}: {_sdks_imported_by(argv, env) or 'none'}")
+        commands, servers = costs[1:3], costs[3:]
+        print(
+            f"goal: commands <= {COMMAND_CPU_GOAL_SECONDS} s CPU: "
+            + ", ".join(f"{cost.name} {cost.cpu_seconds:.2f} s" for cost in commands)
+            + f"; idle web/worker <= {IDLE_RSS_GOAL_MB} MB RSS: "
+            + ", ".join(f"{cost.name} {cost.rss_mb:.0f} MB" for cost in servers)
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

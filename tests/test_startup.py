@@ -1,0 +1,131 @@
+"""Start-up (issue 11): a process imports lark-oapi and the provider SDKs only when it talks to them.
+
+lark-oapi costs ~5 s of CPU and ~100 MB, each provider SDK 1-3 s: a management command that calls neither Feishu
+nor a provider must not pay for them, and a web or worker process loads lark-oapi as it boots so no request pays
+for it. Each test runs a fresh interpreter (this test process has long imported every SDK) and reads its
+sys.modules; no timing, so a busy machine changes nothing.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from amuxweb.feishu import LARK_MODULES
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+HEAVY_SDKS = ("lark_oapi", "openai", "anthropic", "google.genai")
+
+# Runs management commands in-process, one after the other, and reports which heavy SDKs each left imported.
+COMMANDS = """
+import json, sys
+from django.core.management import call_command
+loaded = {}
+for argv in %(commands)r:
+    try:
+        call_command(*argv, verbosity=0)
+    except Exception as error:  # the explain command's "no decision recorded" is a CommandError: still a run
+        print(type(error).__name__, error, file=sys.stderr)
+    loaded[argv[0]] = [name for name in %(sdks)r if name in sys.modules]
+print(json.dumps(loaded))
+"""
+
+# What a Celery worker and a web process import before they serve anything, without the load they do at boot.
+WORKER_AND_WEB_IMPORTS = """
+import importlib, json, sys
+import django
+django.setup()
+from celery import current_app
+current_app.loader.import_default_modules()  # every tasks module, as the worker imports them
+from django.urls import get_resolver
+get_resolver().url_patterns  # every view module, as `check` and the WSGI app load them
+from django.contrib import admin
+admin.site.get_urls()
+before = [name for name in %(sdks)r if name in sys.modules]
+from amuxweb.feishu import lark_modules_load
+lark_modules_load()
+print(json.dumps({"before_load": before, "after_load": [name for name in %(sdks)r if name in sys.modules]}))
+"""
+
+# The WSGI app as gunicorn loads it, then one signed, encrypted message event through the webhook handler.
+FIRST_WEBHOOK_REQUEST = """
+import json, sys
+import amuxweb.wsgi
+loaded_at_boot = "lark_oapi" in sys.modules
+from agents.models import Bot
+from amuxweb.feishu import webhook
+from amuxweb.feishu.signing import event_request_build, message_event_payload
+bot = Bot(pk=1, slug="boot", feishu_app_id="cli_boot", feishu_verification_token="v-token",
+          feishu_encrypt_key="e-key")
+payload = message_event_payload(verification_token="v-token", app_id="cli_boot", message_id="om_boot",
+                                chat_id="oc_boot", text="hello")
+request = event_request_build(payload=payload, encrypt_key="e-key")
+modules_before = set(sys.modules)
+outcome = webhook.webhook_handle(bot=bot, path="/feishu/webhook/boot/", headers=request.headers,
+                                 body=request.body, max_age_seconds=300)
+imported = sorted(name for name in set(sys.modules) - modules_before if name.startswith("lark_oapi"))
+print(json.dumps({"loaded_at_boot": loaded_at_boot, "status": outcome.status_code, "body": outcome.body,
+                  "lark_modules_imported_by_the_request": imported}))
+"""
+
+
+# The signal a Celery worker sends in its main process before it forks the pool.
+WORKER_BOOT = """
+import json, sys
+import django
+django.setup()
+from celery.signals import worker_init
+before = "lark_oapi" in sys.modules
+worker_init.send(sender=None)
+print(json.dumps([before, "lark_oapi" in sys.modules, [type(sys.modules[name]).__name__ for name in %(modules)r]]))
+"""
+
+
+def run_fresh(code: str, *, database: Path) -> object:
+    """`code` in a new interpreter on its own SQLite file, never the run's database, and with no broker."""
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTEST_CURRENT_TEST", "REDIS_URL")}
+    env["DJANGO_SETTINGS_MODULE"] = "amuxweb.settings.test"
+    env["DATABASE_URL"] = f"sqlite:///{database}"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_commands_that_call_neither_feishu_nor_a_provider_import_no_heavy_sdk(tmp_path):
+    # given: the commands an operator runs that never call out
+    commands = [["check"], ["migrate"], ["feishu_context_explain", "om_no_such_root"]]
+    # when: they run in one fresh process (the explain command finds no decision and says so)
+    loaded = run_fresh(COMMANDS % {"commands": commands, "sdks": HEAVY_SDKS}, database=tmp_path / "db.sqlite3")
+    # then
+    assert loaded == {"check": [], "migrate": [], "feishu_context_explain": []}
+
+
+def test_worker_and_web_modules_import_no_heavy_sdk_until_the_boot_loads_lark_oapi(tmp_path):
+    # when: a fresh process imports every tasks module, view and admin, then does what a worker's boot does
+    loaded = run_fresh(WORKER_AND_WEB_IMPORTS % {"sdks": HEAVY_SDKS}, database=tmp_path / "db.sqlite3")
+    # then: nothing heavy on import; the boot's load brings lark-oapi and no provider SDK
+    assert loaded == {"before_load": [], "after_load": ["lark_oapi"]}
+
+
+def test_f1_the_wsgi_app_loads_lark_oapi_so_the_first_webhook_request_imports_none_of_it(tmp_path):
+    """F1: lark-oapi takes seconds to import cold and Feishu waits 3 s: the app loads it at boot, and the first
+    request imports nothing of it (a count of modules, which a busy machine does not change)."""
+    # when: the WSGI app is loaded as a gunicorn worker (or the --preload master) loads it, then one event arrives
+    seen = run_fresh(FIRST_WEBHOOK_REQUEST, database=tmp_path / "db.sqlite3")
+    # then
+    assert seen == {
+        "loaded_at_boot": True,
+        "status": 200,
+        "body": {"msg": "success"},
+        "lark_modules_imported_by_the_request": [],
+    }
+
+
+def test_the_celery_worker_boot_loads_lark_oapi_before_the_pool_forks(tmp_path):
+    # when: a fresh process sends the worker's boot signal
+    seen = run_fresh(WORKER_BOOT % {"modules": LARK_MODULES}, database=tmp_path / "db.sqlite3")
+    # then: the lazy modules have run their bodies (plain modules now)
+    assert seen == [False, True, ["module", "module"]]
