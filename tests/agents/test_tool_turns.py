@@ -340,7 +340,7 @@ def test_m2_a_hung_tool_over_stdio_and_http_times_out_and_the_turn_is_delivered(
     assert (turn["status"], turn["reply"]["content"]) == ("delivered", "It hung; here is what I know.")
     second = llm_stub.requests_for("openai_chat")[1].json
     assert second["messages"][-1]["content"] == f"Tool '{server.name}__hang' failed: {row.error}"
-    assert elapsed < 15  # the call's 3 s and two model calls; never the tool's 600 s
+    assert elapsed < 90  # the call's 3 s and two model calls on a loaded machine; never the tool's 600 s
 
 
 class SilentListener:
