@@ -397,7 +397,7 @@ def test_m2_a_server_hung_at_its_handshake_is_recorded_and_the_turn_goes_on(tran
     assert (turn["status"], turn["reply"]["content"]) == ("delivered", "stub reply")
     (request,) = llm_stub.requests_for("openai_chat")
     assert "tools" not in request.json
-    assert elapsed < 20
+    assert elapsed < 60  # the 3 s connect timeout on a loaded machine; never the server's 600 s sleep
 
 
 # --- 4: the budget fits the task's soft time limit --------------------------------------------------------------
