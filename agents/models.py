@@ -154,6 +154,17 @@ class Bot(models.Model):
         default="en",
         help_text=_("The language of the bot's own replies in chat (/help, session ended, quoted message unreadable)."),
     )
+    # The tool loop's limits for this bot (M2); null = the hub's AMUX_TOOL_* settings. A server may tighten them
+    # further, and the time budget is always clamped to fit the Celery task's soft time limit (agents.tools.turns).
+    tool_max_steps = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text=_("Most tool steps per turn. Empty: the hub's default.")
+    )
+    tool_time_budget_seconds = models.FloatField(
+        null=True, blank=True, help_text=_("Total tool time per turn, in seconds. Empty: the hub's default.")
+    )
+    tool_call_timeout_seconds = models.FloatField(
+        null=True, blank=True, help_text=_("One tool call's timeout, in seconds. Empty: the hub's default.")
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

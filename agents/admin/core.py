@@ -7,6 +7,7 @@ field renders empty, a blank submission keeps the stored value, "clear" empties 
 
 from django import forms
 from django.contrib import admin
+from django.core.validators import MaxValueValidator
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext
@@ -15,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from agents.admin.turns import test_connection
 from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
 from agents.services.threads import thread_create
+from agents.tools.turns import tool_budget_max_seconds
 from amuxweb.admin import compact_time
 
 SECRET_HELP_TEXT = _("Write-only: never shown. Leave blank to keep the current value.")
@@ -22,6 +24,7 @@ PROVIDER_TIMEOUT_MIN_SECONDS = 1.0
 PROVIDER_TIMEOUT_MAX_SECONDS = 600.0
 PROVIDER_MAX_RETRIES = 5
 PROBE_DEBOUNCE_MAX_MS = 10 * 60 * 1000
+TOOL_MAX_STEPS_LIMIT = 50
 MAX_KEY_COLUMN_CHARS = 32
 MAX_CONTENT_COLUMN_CHARS = 60
 
@@ -108,6 +111,17 @@ class BotForm(SecretFieldsForm):
     probe_debounce_max_ms = forms.IntegerField(
         required=False, min_value=0, max_value=PROBE_DEBOUNCE_MAX_MS, help_text=_("Empty: the hub's default.")
     )
+    tool_max_steps = forms.IntegerField(
+        required=False, min_value=1, max_value=TOOL_MAX_STEPS_LIMIT, help_text=_("Empty: the hub's default.")
+    )
+    tool_time_budget_seconds = forms.FloatField(
+        required=False,
+        min_value=1.0,
+        help_text=_("Empty: the hub's default. Must leave the final answer time within the task's soft time limit."),
+    )
+    tool_call_timeout_seconds = forms.FloatField(
+        required=False, min_value=1.0, help_text=_("Empty: the hub's default.")
+    )
     feishu_app_secret = SecretField(label=_("Feishu app secret"))
     feishu_app_secret_clear = ClearSecretField(label=_("Clear Feishu app secret"))
     feishu_encrypt_key = SecretField(label=_("Feishu encrypt key"))
@@ -118,6 +132,15 @@ class BotForm(SecretFieldsForm):
     class Meta:
         model = Bot
         fields = "__all__"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Read per form, not at import: the soft limit is a setting. A budget at or over it could never finish.
+        for name in ("tool_time_budget_seconds", "tool_call_timeout_seconds"):
+            field = self.fields[name]
+            field.max_value = tool_budget_max_seconds()
+            field.validators.append(MaxValueValidator(field.max_value))
+            field.widget.attrs["max"] = field.max_value
 
 
 class LLMModelInline(admin.TabularInline):
@@ -236,6 +259,7 @@ class BotAdmin(admin.ModelAdmin):
                 ]
             },
         ),
+        (_("Tools"), {"fields": ["tool_max_steps", "tool_time_budget_seconds", "tool_call_timeout_seconds"]}),
         (
             _("Feishu app"),
             {

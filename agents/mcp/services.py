@@ -38,19 +38,24 @@ def mcp_server_config(*, server: McpServer) -> McpServerConfig:
         url=server.url,
         headers=secret_pairs(server.headers),
         connect_timeout_seconds=float(settings.AMUX_TOOL_CONNECT_TIMEOUT_SECONDS),
-        call_timeout_seconds=float(server.call_timeout_seconds or settings.AMUX_TOOL_CALL_TIMEOUT_SECONDS),
+        call_timeout_seconds=float(server.call_timeout_seconds or bot_call_timeout_seconds(bot=server.bot)),
     )
 
 
+def bot_call_timeout_seconds(*, bot: Bot) -> float:
+    """One tool call's timeout for `bot`: its own, else the hub's (a server may set a shorter one)."""
+    return float(bot.tool_call_timeout_seconds or settings.AMUX_TOOL_CALL_TIMEOUT_SECONDS)
+
+
 def mcp_servers_enabled(*, bot: Bot) -> QuerySet[McpServer]:
-    return McpServer.objects.filter(bot=bot, is_enabled=True).order_by("name", "id")
+    return McpServer.objects.filter(bot=bot, is_enabled=True).select_related("bot").order_by("name", "id")
 
 
 def bot_secrets(*, bot: Bot) -> tuple[str, ...]:
     """Every secret a tool's output must never carry to the model: all the bot's servers' and its own."""
     values: list[str] = list(bot.feishu_secrets)
     values.append(bot.primary_model.provider.api_key)
-    for server in McpServer.objects.filter(bot=bot):
+    for server in McpServer.objects.filter(bot=bot).select_related("bot"):
         values.extend(mcp_server_config(server=server).secrets())
     return tuple(value for value in values if value)
 

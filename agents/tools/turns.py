@@ -8,7 +8,12 @@ or with a primary model that cannot call tools, it is exactly that one call. Oth
   (empty: none); the model sees them as `<server>__<tool>`;
 - a server that cannot be reached is recorded as a step-0 row (status error) and skipped when its
   `on_failure` is "continue", or ends the turn with `ToolServerUnavailableError` when it is "fail";
-- the limits are the hub's settings, tightened by any enabled server's own values;
+- the limits are the bot's own (Bot.tool_*), else the hub's settings (AMUX_TOOL_*), tightened by any enabled
+  server's own values; the time budget is then fitted to the task's soft time limit: what this run spent
+  already (since its claim, connecting included), the budget and the final answer's longest call (the
+  provider's timeout x its attempts) must end SOFT_LIMIT_MARGIN_SECONDS before the limit, so the final answer
+  is never cut off (a model step that starts just before the budget ends may still overrun it: the soft limit
+  then makes the turn retry, and the re-run replays the recorded calls);
 - calls a previous run of this turn recorded are replayed from the rows, never re-run (see agents.tools.loop).
 
 Tool activity lives only in TurnToolCall rows: nothing here writes a Message, a thread-context item or the
@@ -17,24 +22,29 @@ turn's reply (M3); the caller stores `result.text` as the one agent_reply.
 
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from django.conf import settings
+from django.utils import timezone
 
 from agents.llm.base import CompletionRequest, CompletionResult, LLMClient, ToolSpec
 from agents.mcp.client import McpConnection, mcp_connection
 from agents.mcp.config import McpServerConfig
 from agents.mcp.errors import McpError
 from agents.mcp.output import redacted, tool_output_text
-from agents.mcp.services import bot_secrets, mcp_server_config, mcp_servers_enabled
-from agents.models import McpServer, Turn, TurnToolCall
+from agents.mcp.services import bot_call_timeout_seconds, bot_secrets, mcp_server_config, mcp_servers_enabled
+from agents.models import Bot, McpServer, Provider, Turn, TurnToolCall
 from agents.tools.loop import LoopTool, ToolCallRecord, ToolLimits, model_call, tool_loop_run
 from amuxweb.text import storable_text
 
 logger = logging.getLogger(__name__)
 
 SETUP_STEP = 0
+# Kept free after the final answer, inside the soft limit: storing the reply and the ledger's writes.
+SOFT_LIMIT_MARGIN_SECONDS = 5.0
 MAX_TOOL_NAME_CHARS = 64  # the strictest provider limit (OpenAI, Gemini)
 MAX_DESCRIPTION_CHARS = 1024
 
@@ -51,16 +61,52 @@ def exposed_tool_name(*, server: str, tool: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}__{tool}")[:MAX_TOOL_NAME_CHARS]
 
 
-def tool_limits(*, servers: Sequence[McpServer]) -> ToolLimits:
-    """The hub's limits, tightened by any server's own (the strictest wins: each protects its own costs)."""
-    steps = [int(settings.AMUX_TOOL_MAX_STEPS)] + [s.max_steps for s in servers if s.max_steps is not None]
-    budget = [float(settings.AMUX_TOOL_TIME_BUDGET_SECONDS)] + [
-        s.time_budget_seconds for s in servers if s.time_budget_seconds is not None
-    ]
+def task_soft_limit_seconds() -> float | None:
+    """The Celery task's soft time limit (the turn runs inside one task), or None when there is none."""
+    limit = getattr(settings, "CELERY_TASK_SOFT_TIME_LIMIT", None)
+    return float(limit) if limit else None
+
+
+def tool_budget_max_seconds() -> float:
+    """The largest tool budget any bot may have: connecting and the margin must still fit the soft limit."""
+    soft_limit = task_soft_limit_seconds()
+    if soft_limit is None:
+        return float("inf")
+    return soft_limit - float(settings.AMUX_TOOL_CONNECT_TIMEOUT_SECONDS) - SOFT_LIMIT_MARGIN_SECONDS
+
+
+def final_call_seconds(*, provider: Provider) -> float:
+    """The longest one model call can take: each SDK attempt may run to the timeout (agents.llm.registry)."""
+    return float(provider.timeout_seconds) * (int(provider.max_retries) + 1)
+
+
+def budget_within_soft_limit(
+    *, budget_seconds: float, soft_limit_seconds: float | None, elapsed_seconds: float, final_call_seconds: float
+) -> float:
+    """The tool budget cut so that what ran already, the budget and the final answer fit the soft limit.
+
+    The final answer is asked for once the budget is used up; it must still finish before the task's soft
+    limit, with SOFT_LIMIT_MARGIN_SECONDS to spare for storing it. A budget cut to 0 means: no tool step, the
+    model answers at once without tools (and is told why).
+    """
+    if soft_limit_seconds is None:
+        return budget_seconds
+    room = soft_limit_seconds - elapsed_seconds - final_call_seconds - SOFT_LIMIT_MARGIN_SECONDS
+    # Whole seconds: the model is told the budget it had ("the time budget of 53 s").
+    return max(0.0, min(budget_seconds, float(math.floor(room))))
+
+
+def tool_limits(*, bot: Bot, servers: Sequence[McpServer]) -> ToolLimits:
+    """The bot's limits (its own, else the hub's settings), tightened by any server's own: the strictest wins,
+    since each server protects its own costs. The time budget is fitted to the soft limit by the caller."""
+    steps = [bot.tool_max_steps or int(settings.AMUX_TOOL_MAX_STEPS)]
+    steps += [s.max_steps for s in servers if s.max_steps is not None]
+    budget = [bot.tool_time_budget_seconds or float(settings.AMUX_TOOL_TIME_BUDGET_SECONDS)]
+    budget += [s.time_budget_seconds for s in servers if s.time_budget_seconds is not None]
     return ToolLimits(
         max_steps=min(steps),
         time_budget_seconds=min(budget),
-        call_timeout_seconds=float(settings.AMUX_TOOL_CALL_TIMEOUT_SECONDS),
+        call_timeout_seconds=bot_call_timeout_seconds(bot=bot),
     )
 
 
@@ -171,6 +217,7 @@ def turn_tools_run(
     on_tool_step: Callable[[str], None] | None = None,
 ) -> tuple[CompletionResult, list[ToolCallRecord]]:
     """The turn's answer through its bot's tools (streamed into `on_text` when given); see the module docstring."""
+    entered = timezone.now()
     bot = turn.bot
     servers = list(mcp_servers_enabled(bot=bot))
     if not servers or not bot.primary_model.supports_tool_calls:
@@ -199,11 +246,26 @@ def turn_tools_run(
         logger.warning("mcp server unavailable", extra={"turn_id": turn.pk, "server": server.name, "error": message})
         if server.on_failure == McpServer.OnFailure.FAIL:
             raise ToolServerUnavailableError(f"The tool server {server.name!r} is unavailable: {message}")
+    limits = tool_limits(bot=bot, servers=servers)
+    # The run began at its claim (this task's start); connecting above took part of the soft limit already.
+    began = turn.claimed_at or entered
+    fitted = budget_within_soft_limit(
+        budget_seconds=limits.time_budget_seconds,
+        soft_limit_seconds=task_soft_limit_seconds(),
+        elapsed_seconds=(timezone.now() - began).total_seconds(),
+        final_call_seconds=final_call_seconds(provider=bot.primary_model.provider),
+    )
+    if fitted < limits.time_budget_seconds:
+        logger.info(
+            "tool budget fitted to the soft time limit",
+            extra={"turn_id": turn.pk, "budget_seconds": limits.time_budget_seconds, "fitted_seconds": fitted},
+        )
+        limits = replace(limits, time_budget_seconds=fitted)
     return tool_loop_run(
         client=client,
         request=request,
         tools=tools,
-        limits=tool_limits(servers=servers),
+        limits=limits,
         completed_calls=turn_tool_calls_completed(turn=turn),
         record=lambda call: turn_tool_call_record(turn=turn, call=call, secrets=secrets),
         on_text=on_text,

@@ -10,7 +10,8 @@ Run over stdio (`python tests/stubs/mcp_server.py stdio`) or streamable HTTP
 - `env_value(name)`: reads its own environment (a server that leaks its secret: redaction must catch it)
 - `header_value(name)`: over HTTP, echoes a request header back (the same leak, for headers)
 - `crash()`: the process exits mid-call
-- `counter()`: counts its calls in the file named by STUB_COUNTER_FILE (proves a re-run repeats no call)
+- `counter(seconds)`: counts its calls in the file named by STUB_COUNTER_FILE, then answers after `seconds`
+  (proves a re-run repeats no completed call, and that one in flight at a crash runs again)
 """
 
 import base64
@@ -78,8 +79,8 @@ def build_server():
     def crash() -> str:
         os._exit(3)
 
-    @server.tool(description="Counts how often it ran.")
-    def counter() -> str:
+    @server.tool(description="Counts how often it ran (then takes `seconds` to answer).")
+    def counter(seconds: float = 0.0) -> str:
         path = os.environ.get("STUB_COUNTER_FILE", "")
         count = 1
         if path:
@@ -87,6 +88,7 @@ def build_server():
                 handle.write("x")
                 handle.seek(0)
                 count = len(handle.read())
+        time.sleep(seconds)
         return f"count={count}"
 
     return server
@@ -126,7 +128,11 @@ def http_server_running() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # uvicorn waits for a request still in a `hang`: do not wait with it
+            process.kill()
+            process.wait(timeout=10)
 
 
 if __name__ == "__main__":
