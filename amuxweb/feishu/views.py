@@ -18,7 +18,12 @@ logger = logging.getLogger(__name__)
 @csrf_exempt
 @require_POST
 def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
-    bot = feishu_webhook.webhook_bot_get(slug=bot_slug)
+    try:
+        bot = feishu_webhook.webhook_bot_get(slug=bot_slug)
+    except DatabaseError:
+        # The database is away (a restart, a failover): nothing was read or stored, and Feishu retries a non-200.
+        logger.warning("feishu webhook: the bot could not be read", extra={"bot": bot_slug})
+        return JsonResponse({"message": "Temporarily unavailable.", "extra": {}}, status=503)
     if bot is None:
         return JsonResponse({"message": "Unknown bot.", "extra": {"bot": bot_slug}}, status=404)
     if not bot.feishu_verification_token:
