@@ -15,7 +15,8 @@ from django.utils.translation import gettext_lazy as _
 from agents.admin.turns import test_connection
 from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
 from agents.services.threads import thread_create
-from amuxweb.admin import compact_time
+from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
+from amuxweb.admin import compact_time, explained, list_url, related_links
 
 SECRET_HELP_TEXT = _("Write-only: never shown. Leave blank to keep the current value.")
 PROVIDER_TIMEOUT_MIN_SECONDS = 1.0
@@ -24,6 +25,12 @@ PROVIDER_MAX_RETRIES = 5
 PROBE_DEBOUNCE_MAX_MS = 10 * 60 * 1000
 MAX_KEY_COLUMN_CHARS = 32
 MAX_CONTENT_COLUMN_CHARS = 60
+
+
+def visibility_in_words(mask: int) -> str:
+    """A message's visibility mask (V1) as words: which of /history and the model's context see it."""
+    seen_by = [str(word) for bit, word in ((UI_HISTORY, _("history")), (CONTEXT_ASSEMBLY, _("context"))) if mask & bit]
+    return explained(" + ".join(seen_by) if seen_by else _("hidden (neither history nor context)"), str(mask))
 
 
 def secret_state(value: str) -> str:
@@ -360,7 +367,7 @@ class MessageAdmin(admin.ModelAdmin):
         "thread_link",
         "thread_runtime_mode",
         "kind",
-        "visibility_mask",
+        "visibility",
         "author",
         "excerpt",
         "created",
@@ -371,6 +378,36 @@ class MessageAdmin(admin.ModelAdmin):
     list_select_related = ["thread", "thread__bot"]
     # No date_hierarchy and no full count: this table is the big one (millions of rows).
     show_full_result_count = False
+    fields = [
+        "related",
+        "thread",
+        "kind",
+        "visibility",
+        "author",
+        "external_message_id",
+        "content",
+        "prompt",
+        "usage",
+        "created_at",
+    ]
+    readonly_fields = ["related", "visibility"]
+
+    @admin.display(description=_("related"))
+    def related(self, message: Message) -> str:
+        # The bridge is not imported by agents: its inbound event list is linked by URL name.
+        links = [
+            (reverse("admin:agents_thread_change", args=[message.thread_id]), _("thread")),
+            (list_url("agents.message", thread__id__exact=message.thread_id), _("messages of this thread")),
+            (list_url("agents.turn", user_message__id__exact=message.pk), _("turn it started")),
+            (list_url("agents.turn", reply_message__id__exact=message.pk), _("turn that wrote it")),
+        ]
+        if message.external_message_id:
+            links.append((list_url("feishu.inboundevent", message_id=message.external_message_id), _("inbound event")))
+        return related_links(links)
+
+    @admin.display(description=_("visibility"), ordering="visibility_mask")
+    def visibility(self, message: Message) -> str:
+        return visibility_in_words(message.visibility_mask)
 
     def has_add_permission(self, request) -> bool:
         return False
