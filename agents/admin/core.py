@@ -7,7 +7,9 @@ field renders empty, a blank submission keeps the stored value, "clear" empties 
 
 from django import forms
 from django.contrib import admin
-from django.urls import reverse
+from django.contrib.admin.views.autocomplete import AutocompleteJsonView
+from django.contrib.admin.widgets import AutocompleteSelect
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -31,6 +33,27 @@ def visibility_in_words(mask: int) -> str:
     """A message's visibility mask (V1) as words: which of /history and the model's context see it."""
     seen_by = [str(word) for bit, word in ((UI_HISTORY, _("history")), (CONTEXT_ASSEMBLY, _("context"))) if mask & bit]
     return explained(" + ".join(seen_by) if seen_by else _("hidden (neither history nor context)"), str(mask))
+
+
+def model_choice_label(model: LLMModel) -> str:
+    """A model as the bot form's selects show it: marked when its provider failed its last connection test."""
+    if model.provider.last_test_ok is False:
+        return gettext("⚠ %(model)s — its provider failed its last test") % {"model": model}
+    return str(model)
+
+
+class MarkedModelAutocompleteView(AutocompleteJsonView):
+    """The model autocomplete of the bot form: Django's, with each model labelled by `model_choice_label`."""
+
+    def get_queryset(self):
+        return super().get_queryset().select_related("provider")
+
+    def serialize_result(self, obj: LLMModel, to_field_name: str) -> dict:
+        return {**super().serialize_result(obj, to_field_name), "text": model_choice_label(obj)}
+
+
+class MarkedModelAutocompleteSelect(AutocompleteSelect):
+    url_name = "%s:agents_llmmodel_marked_autocomplete"
 
 
 def secret_state(value: str) -> str:
@@ -167,12 +190,12 @@ class ProviderAdmin(admin.ModelAdmin):
     def api_key_state(self, provider: Provider) -> str:
         return secret_state(provider.api_key)
 
-    @admin.display(description="Last test", ordering="last_test_at")
+    @admin.display(description=_("Last test"), ordering="last_test_at")
     def last_test_state(self, provider: Provider) -> str:
         if provider.last_test_ok is None:
-            return "never tested"
-        outcome = "ok" if provider.last_test_ok else "FAILED"
-        return f"{outcome} at {provider.last_test_at:%Y-%m-%d %H:%M} UTC: {provider.last_test_detail}"
+            return gettext("never tested")
+        template = gettext("ok at %(at)s UTC: %(detail)s") if provider.last_test_ok else gettext("FAILED at %(at)s UTC: %(detail)s")
+        return template % {"at": f"{provider.last_test_at:%Y-%m-%d %H:%M}", "detail": provider.last_test_detail}
 
 
 @admin.register(LLMModel)
@@ -193,6 +216,12 @@ class LLMModelAdmin(admin.ModelAdmin):
     list_select_related = ["provider"]
     autocomplete_fields = ["provider"]
     actions = [test_connection]
+
+    def get_urls(self):
+        view = MarkedModelAutocompleteView.as_view(admin_site=self.admin_site)
+        return [
+            path("marked-autocomplete/", self.admin_site.admin_view(view), name="agents_llmmodel_marked_autocomplete")
+        ] + super().get_urls()
 
 
 @admin.register(UserProfile)
@@ -264,6 +293,16 @@ class BotAdmin(admin.ModelAdmin):
     ]
 
     readonly_fields = ["feishu_connection_state"]
+    # The two model selects mark a model whose provider failed its last test (issue 14): chosen knowingly.
+    MARKED_MODEL_FIELDS = ("primary_model", "discuss_probe_model")
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name in self.MARKED_MODEL_FIELDS:
+            kwargs["widget"] = MarkedModelAutocompleteSelect(db_field, self.admin_site, using=kwargs.get("using"))
+        formfield = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name in self.MARKED_MODEL_FIELDS:
+            formfield.label_from_instance = model_choice_label
+        return formfield
 
     @admin.display(description="Long connection")
     def feishu_connection_state(self, bot: Bot) -> str:
