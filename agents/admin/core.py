@@ -194,7 +194,11 @@ class ProviderAdmin(admin.ModelAdmin):
     def last_test_state(self, provider: Provider) -> str:
         if provider.last_test_ok is None:
             return gettext("never tested")
-        template = gettext("ok at %(at)s UTC: %(detail)s") if provider.last_test_ok else gettext("FAILED at %(at)s UTC: %(detail)s")
+        template = (
+            gettext("ok at %(at)s UTC: %(detail)s")
+            if provider.last_test_ok
+            else gettext("FAILED at %(at)s UTC: %(detail)s")
+        )
         return template % {"at": f"{provider.last_test_at:%Y-%m-%d %H:%M}", "detail": provider.last_test_detail}
 
 

@@ -145,7 +145,12 @@ class TurnAdmin(AuditAdmin):
 
     @admin.display(description=_("Model input (as sent)"))
     def model_input_view(self, turn: Turn) -> str:
-        return pretty_json(turn.model_input)
+        # The runner stores the messages twice: neutral (`messages`) and in the provider's body (`request`). The
+        # page shows them once: the request as sent when there is one, the neutral messages otherwise.
+        model_input = dict(turn.model_input or {})
+        body = model_input.pop("request", None) if "request" in model_input else model_input.pop("messages", None)
+        model_input.pop("messages", None)
+        return format_html("{}{}", dict_table(model_input), pretty_json(body))
 
     @admin.display(description=_("Attempts and retries"))
     def retry_history_view(self, turn: Turn) -> str:
