@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django.apps import apps
 from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
@@ -17,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 NONE = _("(none)")
@@ -111,3 +113,27 @@ def model_names(model: type[Model], singular: str, plural: str) -> None:
     """
     model._meta.verbose_name = singular
     model._meta.verbose_name_plural = plural
+
+
+# The apps whose models' strings are listed in amuxweb.model_strings.
+HUB_APP_LABELS = ("agents", "feishu", "probe", "threadcontext")
+
+
+def _lazy(text: Any) -> Any:
+    return text if isinstance(text, Promise) or not text else _(str(text))
+
+
+def model_strings_translate() -> None:
+    """Every field name, help text and choice label of the hub's models, in the operator's language.
+
+    Done once at admin load, like `model_names`: `verbose_name` is not what migrations read (they read
+    `_verbose_name`), and a lazy help text or choice label equals its plain msgid, so the migration state is
+    unchanged. The msgids are in amuxweb.model_strings, where makemessages finds them.
+    """
+    for app_label in HUB_APP_LABELS:
+        for model in apps.get_app_config(app_label).get_models():
+            for field in model._meta.concrete_fields:
+                field.verbose_name = _lazy(field.verbose_name)
+                field.help_text = _lazy(field.help_text)
+                if field.choices:
+                    field.choices = [(value, _lazy(label)) for value, label in field.choices]
