@@ -16,9 +16,9 @@ from django.db.models import Model
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import Promise
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 NONE = _("(none)")

@@ -293,7 +293,7 @@ class BotAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Feishu replies", {"fields": ["reply_format", "receipt_emoji", "failure_emoji"]}),
+        (_("Feishu replies"), {"fields": ["reply_format", "receipt_emoji", "failure_emoji"]}),
     ]
 
     readonly_fields = ["feishu_connection_state"]
@@ -308,28 +308,35 @@ class BotAdmin(admin.ModelAdmin):
             formfield.label_from_instance = model_choice_label
         return formfield
 
-    @admin.display(description="Long connection")
+    @admin.display(description=_("Long connection"))
     def feishu_connection_state(self, bot: Bot) -> str:
         # Written by `manage.py feishu_connect` (the bridge's FeishuConnection row, read through the reverse
         # relation: agents never imports the bridge).
         connection = getattr(bot, "feishu_connection", None) if bot.pk else None
         if connection is None:
             if bot.feishu_event_mode == Bot.FeishuEventMode.LONG_CONNECTION:
-                return "Not connected yet: is `manage.py feishu_connect` (started by `make run`) running?"
+                return gettext("Not connected yet: is `manage.py feishu_connect` (started by `make run`) running?")
             return "-"
+        when = "%Y-%m-%d %H:%M:%S %Z"
         parts = [connection.get_state_display()]
         if connection.connected_since:
-            parts.append(f"since {connection.connected_since:%Y-%m-%d %H:%M:%S %Z}")
+            parts.append(gettext("since %(at)s") % {"at": f"{connection.connected_since:{when}}"})
         parts.append(
-            f"last event {connection.last_event_at:%Y-%m-%d %H:%M:%S %Z}"
+            gettext("last event %(at)s") % {"at": f"{connection.last_event_at:{when}}"}
             if connection.last_event_at
-            else "no event yet"
+            else gettext("no event yet")
         )
-        parts.append(f"{connection.events_received} event(s), {connection.reconnects} reconnect(s)")
+        parts.append(
+            gettext("%(events)s event(s), %(reconnects)s reconnect(s)")
+            % {"events": connection.events_received, "reconnects": connection.reconnects}
+        )
         if connection.hostname:
-            parts.append(f"on {connection.hostname} (pid {connection.pid})")
+            parts.append(gettext("on %(host)s (pid %(pid)s)") % {"host": connection.hostname, "pid": connection.pid})
         if connection.last_error:
-            parts.append(f"last error at {connection.last_error_at:%Y-%m-%d %H:%M:%S %Z}: {connection.last_error}")
+            parts.append(
+                gettext("last error at %(at)s: %(error)s")
+                % {"at": f"{connection.last_error_at:{when}}", "error": connection.last_error}
+            )
         return "; ".join(parts)
 
     # The list shows the modes' codes (the label is the tooltip): the labels are sentences that push columns out.

@@ -167,7 +167,7 @@ class AutomationAdmin(admin.ModelAdmin):
     readonly_fields = ["thread_link", "periodic_task"]
     actions = ["run_now"]
 
-    @admin.display(description="Thread")
+    @admin.display(description=_("Thread"))
     def thread_link(self, automation: Automation) -> str:
         if not automation.thread_id:
             return gettext("- (created on the first run)")
