@@ -117,7 +117,7 @@ def test_wake_turn_decision_and_deliveries_are_reached_by_links(console_page, op
 
 @pytest.mark.parametrize(
     ("language", "gate_heading", "why"),
-    [("zh-hans", "闸门", "探测模型已判断本次唤醒"), ("ja", "ゲート", "プローブモデルがウェイクを判定しました")],
+    [("zh-hans", "闸门", "探测模型已判断本次唤醒"), ("ja", "ゲート", "プローブモデルが起動を判定しました")],
 )
 def test_the_explain_pages_speak_chinese_and_japanese(
     console_page,
