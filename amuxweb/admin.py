@@ -5,15 +5,19 @@ breaking the dependency direction (ARCHITECTURE §3).
 """
 
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
+from django.apps import apps
 from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.functional import Promise
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
@@ -55,12 +59,50 @@ def pretty_json(value: Any) -> SafeString:
     )
 
 
+def explained(sentence: Any, code: str) -> SafeString:
+    """A code in people's words: the translated sentence, then the code itself in small print (for logs, grep)."""
+    return format_html('{} <small class="code"><code>{}</code></small>', sentence, code)
+
+
+def dict_table(value: Any) -> SafeString:
+    """A dict as a two-column table (nested dicts as nested tables), "(none)" when empty; other values as text."""
+    if isinstance(value, dict):
+        if not value:
+            return format_html('<span class="quiet">{}</span>', NONE)
+        rows = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", ((k, dict_table(v)) for k, v in value.items()))
+        return format_html('<table class="dict-table">{}</table>', rows)
+    if isinstance(value, list | tuple):
+        if not value:
+            return format_html('<span class="quiet">{}</span>', NONE)
+        return format_html_join(", ", "{}", ((dict_table(item),) for item in value))
+    if isinstance(value, bool):
+        return format_html("{}", _("yes") if value else _("no"))
+    if value is None or value == "":
+        return format_html("{}", "-")
+    return format_html("{}", value)
+
+
 def change_link(obj: Model | None, label: Any = None) -> SafeString | str:
     """A link to a record's admin page, or "-" when there is none."""
     if obj is None:
         return "-"
     url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
     return format_html('<a href="{}">{}</a>', url, obj if label is None else label)
+
+
+def list_url(model_label: str, **filters: Any) -> str:
+    """The admin list of `app_label.model_name` filtered by the given lookups ("the judgements of this wake").
+
+    By URL name, so an app links to another app's list without importing it (ARCHITECTURE §3)."""
+    app_label, model_name = model_label.split(".")
+    url = reverse(f"admin:{app_label}_{model_name}_changelist")
+    return f"{url}?{urlencode(filters)}" if filters else url
+
+
+def related_links(links: Iterable[tuple[str, Any]]) -> SafeString:
+    """A record's neighbours as one line of links (url, label); "(none)" when it has none."""
+    html = format_html_join(" · ", '<a href="{}">{}</a>', ((url, label) for url, label in links if url))
+    return html or format_html('<span class="quiet">{}</span>', NONE)
 
 
 def model_names(model: type[Model], singular: str, plural: str) -> None:
@@ -71,3 +113,27 @@ def model_names(model: type[Model], singular: str, plural: str) -> None:
     """
     model._meta.verbose_name = singular
     model._meta.verbose_name_plural = plural
+
+
+# The apps whose models' strings are listed in amuxweb.model_strings.
+HUB_APP_LABELS = ("agents", "feishu", "probe", "threadcontext")
+
+
+def _lazy(text: Any) -> Any:
+    return text if isinstance(text, Promise) or not text else _(str(text))
+
+
+def model_strings_translate() -> None:
+    """Every field name, help text and choice label of the hub's models, in the operator's language.
+
+    Done once at admin load, like `model_names`: `verbose_name` is not what migrations read (they read
+    `_verbose_name`), and a lazy help text or choice label equals its plain msgid, so the migration state is
+    unchanged. The msgids are in amuxweb.model_strings, where makemessages finds them.
+    """
+    for app_label in HUB_APP_LABELS:
+        for model in apps.get_app_config(app_label).get_models():
+            for field in model._meta.concrete_fields:
+                field.verbose_name = _lazy(field.verbose_name)
+                field.help_text = _lazy(field.help_text)
+                if field.choices:
+                    field.choices = [(value, _lazy(label)) for value, label in field.choices]

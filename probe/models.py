@@ -25,6 +25,10 @@ class ProbeJudgement(models.Model):
     reason = models.TextField(blank=True)
     error = models.TextField(blank=True)
     model = models.ForeignKey("agents.LLMModel", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The bot's probe mode (inherit / off / model) and the judge's name when the gate ran: the bot's settings and
+    # the model row change later (or the model is deleted, SET_NULL), and an explain page must show what was used.
+    probe_mode = models.CharField(max_length=16, blank=True)
+    probe_model_name = models.CharField(max_length=200, blank=True)
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     duration_ms = models.PositiveIntegerField(default=0)

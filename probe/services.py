@@ -104,6 +104,13 @@ def _judge_client(model: LLMModel) -> LLMClient:
     return client_for_settings(settings)
 
 
+def model_label(model: LLMModel | None) -> str:
+    """How a judgement names its judge for good: "provider / model", or "" when no model was resolved."""
+    if model is None:
+        return ""
+    return f"{model.provider.name} / {model.name}"[: ProbeJudgement._meta.get_field("probe_model_name").max_length]
+
+
 def log_level_for(*, cause: str, gate_ran: bool, outcome: str, has_error: bool) -> int:
     """Level by cause, not by whether the gate ran (seed review A4): only deliberate configuration is quiet."""
     if cause in QUIET_CAUSES:
@@ -152,6 +159,8 @@ def _finish(
         reason=reason,
         error=error[:2000],
         model=model,
+        probe_mode=bot.discuss_probe_mode,
+        probe_model_name=model_label(model),
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         duration_ms=duration_ms,

@@ -14,13 +14,63 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from amuxweb.admin import AuditAdmin, compact_time, model_names
+from amuxweb.admin import AuditAdmin, compact_time, dict_table, explained, list_url, model_names, related_links
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
-from threadcontext.selection import text_preview
+from threadcontext.selection import (
+    EXCLUDED_CHAR_BUDGET,
+    EXCLUDED_CURRENT_REQUEST,
+    EXCLUDED_DUPLICATE,
+    EXCLUDED_ITEM_LIMIT,
+    EXCLUDED_NOT_IN_MODE,
+    EXCLUDED_OWN_OUTPUT,
+    EXCLUDED_SLASH_COMMAND,
+    ITEM_HUMAN_MESSAGE,
+    MODE_SHARED,
+    text_preview,
+)
 from threadcontext.selectors import workspace_cache_forget
 
 ROOT_FILTER_CHOICES = 30
+
+# Each exclusion code of the selector (threadcontext.selection) in an operator's words. not_in_mode covers three
+# different causes; `exclusion_explained` tells them apart from the decision's diagnostics and mode.
+EXCLUSION_SENTENCES = {
+    EXCLUDED_OWN_OUTPUT: _("This bot's own earlier reply: a bot is never fed its own output."),
+    EXCLUDED_ITEM_LIMIT: _(
+        "Older than the newest %(item_limit)s items this workspace keeps (its thread context limit)."
+    ),
+    EXCLUDED_CHAR_BUDGET: _(
+        "Did not fit the context budget of %(max_chars)s characters (or is older than an item that did not)."
+    ),
+    EXCLUDED_SLASH_COMMAND: _("The request is a slash command, and a command carries no thread context."),
+    EXCLUDED_CURRENT_REQUEST: _("The request's own message: it is sent as the question, not as context."),
+    EXCLUDED_DUPLICATE: _("The same Feishu message is already selected as another kind of item."),
+}
+THREAD_CONTEXT_OFF_SENTENCE = _(
+    "Shared thread context is off here (the workspace's setting, or the hub's AMUX_FEISHU_SHARED_THREAD_ENABLED "
+    "when the workspace leaves it unset, or a group-wide session): nothing from the thread is injected."
+)
+OWNER_ONLY_SENTENCE = _("The workspace is owner only: other people's messages are not injected.")
+NOT_IN_MODE_SENTENCE = _("Another bot's copy of this message, or a kind of item this workspace mode does not inject.")
+
+
+def exclusion_explained(*, reason: str, item_type: str, mode: str, diagnostics: dict) -> str:
+    """Why one item was left out, as a sentence with its code in small print."""
+    if reason == EXCLUDED_NOT_IN_MODE:
+        if diagnostics.get("thread_context_enabled") is False:
+            sentence = THREAD_CONTEXT_OFF_SENTENCE
+        elif item_type == ITEM_HUMAN_MESSAGE and mode != MODE_SHARED:
+            sentence = OWNER_ONLY_SENTENCE
+        else:
+            sentence = NOT_IN_MODE_SENTENCE
+        return explained(sentence, reason)
+    sentence = EXCLUSION_SENTENCES.get(reason)
+    if sentence is None:
+        return reason
+    limits = {"item_limit": diagnostics.get("item_limit", "?"), "max_chars": diagnostics.get("max_chars", "?")}
+    return explained(sentence % limits, reason)
+
 
 model_names(Workspace, _("workspace"), _("workspaces"))
 model_names(ThreadEvent, _("thread event"), _("thread events"))
@@ -83,6 +133,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
     list_filter = ["mode", "reply_mode", "is_created_automatically", "session_scope", "bot_profile"]
     search_fields = ["name", "chat_id", "bot_profile"]
     readonly_fields = [
+        "related",
         "chat_mode",
         "group_message_type",
         "chat_mode_checked_at",
@@ -90,11 +141,14 @@ class WorkspaceAdmin(admin.ModelAdmin):
         "retired_at",
     ]
     fieldsets = [
-        (None, {"fields": ["bot_profile", "chat_id", "name", "mode", "owner_open_id", "thread_context_limit"]}),
-        ("Reply policy (G5)", {"fields": ["reply_mode", "respond_to_at_all", "allowed_open_ids"]}),
-        ("Sessions and context", {"fields": ["session_scope", "topic_root_enabled", "shared_thread_enabled"]}),
         (
-            "From Feishu",
+            None,
+            {"fields": ["related", "bot_profile", "chat_id", "name", "mode", "owner_open_id", "thread_context_limit"]},
+        ),
+        (_("Reply policy"), {"fields": ["reply_mode", "respond_to_at_all", "allowed_open_ids"]}),
+        (_("Sessions and context"), {"fields": ["session_scope", "topic_root_enabled", "shared_thread_enabled"]}),
+        (
+            _("From Feishu"),
             {
                 "fields": [
                     "chat_mode",
@@ -106,6 +160,24 @@ class WorkspaceAdmin(admin.ModelAdmin):
             },
         ),
     ]
+
+    @admin.display(description=_("related"))
+    def related(self, workspace: Workspace) -> str:
+        if not workspace.pk:
+            return "-"
+        return related_links(
+            [
+                (list_url("agents.bot", slug=workspace.bot_profile), _("bot")),
+                (list_url("threadcontext.threadcontextdecision", workspace=workspace.pk), _("context decisions")),
+                (list_url("feishu.discusswake", chat_id=workspace.chat_id), _("discuss wakes of this chat")),
+                (
+                    list_url(
+                        "threadcontext.sessionbinding", bot_profile=workspace.bot_profile, chat_id=workspace.chat_id
+                    ),
+                    _("session bindings"),
+                ),
+            ]
+        )
 
     def save_model(self, request, obj, form, change) -> None:
         super().save_model(request, obj, form, change)
@@ -166,6 +238,26 @@ class ThreadContextDecisionAdmin(AuditAdmin):
         url = reverse("admin:threadcontext_threadcontextdecision_explain", args=[obj.pk])
         return format_html('<a href="{}">{}</a>', url, _("explain"))
 
+    def decision_neighbours(self, decision: ThreadContextDecision) -> list[tuple[str, str]]:
+        """The bot, its workspace, the turn that used the decision, the inbound event of its message, its topic."""
+        links = [
+            (list_url("agents.bot", slug=decision.bot_profile), _("bot")),
+            (list_url("agents.turn", context_decision_id=decision.pk), _("the turn that used it")),
+        ]
+        workspace = Workspace.objects.filter(bot_profile=decision.bot_profile, chat_id=decision.chat_id).first()
+        if workspace is not None:
+            links.append((reverse("admin:threadcontext_workspace_change", args=[workspace.pk]), _("workspace")))
+        if decision.message_id:
+            links.append((list_url("feishu.inboundevent", message_id=decision.message_id), _("inbound event")))
+        if decision.root_msg_id:
+            links.append(
+                (
+                    list_url("threadcontext.threadcontextdecision", root_msg_id=decision.root_msg_id),
+                    _("decisions of this topic"),
+                )
+            )
+        return links
+
     def get_urls(self):
         return [
             path(
@@ -179,12 +271,31 @@ class ThreadContextDecisionAdmin(AuditAdmin):
         decision = get_object_or_404(ThreadContextDecision, pk=decision_id)
         if not self.has_view_permission(request, decision):
             return HttpResponse(status=403)
+        explain = decision_explain_data(decision=decision)
+        excluded = [
+            {
+                **item,
+                "why": exclusion_explained(
+                    reason=item["reason"],
+                    item_type=item["item_type"],
+                    mode=explain["mode"],
+                    diagnostics=explain["diagnostics"],
+                ),
+            }
+            for item in explain["excluded"]
+        ]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": _("Context decision %(id)s") % {"id": decision.pk},
             "decision": decision,
-            "explain": decision_explain_data(decision=decision),
+            "explain": explain,
+            "excluded": excluded,
+            "mode_in_words": explained(Workspace.Mode(explain["mode"]).label, explain["mode"])
+            if explain["mode"] in Workspace.Mode.values
+            else explain["mode"],
+            "diagnostics_table": dict_table(explain["diagnostics"]),
+            "related": related_links(self.decision_neighbours(decision)),
         }
         return TemplateResponse(request, "admin/threadcontext/decision_explain.html", context)
 

@@ -4,12 +4,13 @@ from django.utils.translation import gettext_lazy as _
 
 from agents import models
 from agents.admin import core, mcp, turns  # noqa: F401
-from amuxweb.admin import model_names
+from amuxweb.admin import model_names, model_strings_translate
 
 # The console's name, in the operator's language (the agents admin loads first of the hub's apps).
 admin.site.site_header = _("amuxweb console")
 admin.site.site_title = _("amuxweb console")
 admin.site.index_title = _("Site administration")
+model_strings_translate()
 
 for model, singular, plural in [
     (models.Provider, _("provider"), _("providers")),

@@ -7,8 +7,10 @@ field renders empty, a blank submission keeps the stored value, "clear" empties 
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.views.autocomplete import AutocompleteJsonView
+from django.contrib.admin.widgets import AutocompleteSelect
 from django.core.validators import MaxValueValidator
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -17,7 +19,8 @@ from agents.admin.turns import test_connection
 from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
 from agents.services.threads import thread_create
 from agents.tools.turns import tool_budget_max_seconds
-from amuxweb.admin import compact_time
+from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
+from amuxweb.admin import compact_time, explained, list_url, related_links
 
 SECRET_HELP_TEXT = _("Write-only: never shown. Leave blank to keep the current value.")
 PROVIDER_TIMEOUT_MIN_SECONDS = 1.0
@@ -27,6 +30,33 @@ PROBE_DEBOUNCE_MAX_MS = 10 * 60 * 1000
 TOOL_MAX_STEPS_LIMIT = 50
 MAX_KEY_COLUMN_CHARS = 32
 MAX_CONTENT_COLUMN_CHARS = 60
+
+
+def visibility_in_words(mask: int) -> str:
+    """A message's visibility mask (V1) as words: which of /history and the model's context see it."""
+    seen_by = [str(word) for bit, word in ((UI_HISTORY, _("history")), (CONTEXT_ASSEMBLY, _("context"))) if mask & bit]
+    return explained(" + ".join(seen_by) if seen_by else _("hidden (neither history nor context)"), str(mask))
+
+
+def model_choice_label(model: LLMModel) -> str:
+    """A model as the bot form's selects show it: marked when its provider failed its last connection test."""
+    if model.provider.last_test_ok is False:
+        return gettext("⚠ %(model)s — its provider failed its last test") % {"model": model}
+    return str(model)
+
+
+class MarkedModelAutocompleteView(AutocompleteJsonView):
+    """The model autocomplete of the bot form: Django's, with each model labelled by `model_choice_label`."""
+
+    def get_queryset(self):
+        return super().get_queryset().select_related("provider")
+
+    def serialize_result(self, obj: LLMModel, to_field_name: str) -> dict:
+        return {**super().serialize_result(obj, to_field_name), "text": model_choice_label(obj)}
+
+
+class MarkedModelAutocompleteSelect(AutocompleteSelect):
+    url_name = "%s:agents_llmmodel_marked_autocomplete"
 
 
 def secret_state(value: str) -> str:
@@ -183,12 +213,16 @@ class ProviderAdmin(admin.ModelAdmin):
     def api_key_state(self, provider: Provider) -> str:
         return secret_state(provider.api_key)
 
-    @admin.display(description="Last test", ordering="last_test_at")
+    @admin.display(description=_("Last test"), ordering="last_test_at")
     def last_test_state(self, provider: Provider) -> str:
         if provider.last_test_ok is None:
-            return "never tested"
-        outcome = "ok" if provider.last_test_ok else "FAILED"
-        return f"{outcome} at {provider.last_test_at:%Y-%m-%d %H:%M} UTC: {provider.last_test_detail}"
+            return gettext("never tested")
+        template = (
+            gettext("ok at %(at)s UTC: %(detail)s")
+            if provider.last_test_ok
+            else gettext("FAILED at %(at)s UTC: %(detail)s")
+        )
+        return template % {"at": f"{provider.last_test_at:%Y-%m-%d %H:%M}", "detail": provider.last_test_detail}
 
 
 @admin.register(LLMModel)
@@ -209,6 +243,12 @@ class LLMModelAdmin(admin.ModelAdmin):
     list_select_related = ["provider"]
     autocomplete_fields = ["provider"]
     actions = [test_connection]
+
+    def get_urls(self):
+        view = MarkedModelAutocompleteView.as_view(admin_site=self.admin_site)
+        return [
+            path("marked-autocomplete/", self.admin_site.admin_view(view), name="agents_llmmodel_marked_autocomplete")
+        ] + super().get_urls()
 
 
 @admin.register(UserProfile)
@@ -294,29 +334,46 @@ class BotAdmin(admin.ModelAdmin):
     ]
 
     readonly_fields = ["feishu_connection_state"]
+    # The two model selects mark a model whose provider failed its last test (issue 14): chosen knowingly.
+    MARKED_MODEL_FIELDS = ("primary_model", "discuss_probe_model")
 
-    @admin.display(description="Long connection")
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name in self.MARKED_MODEL_FIELDS:
+            kwargs["widget"] = MarkedModelAutocompleteSelect(db_field, self.admin_site, using=kwargs.get("using"))
+        formfield = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name in self.MARKED_MODEL_FIELDS:
+            formfield.label_from_instance = model_choice_label
+        return formfield
+
+    @admin.display(description=_("Long connection"))
     def feishu_connection_state(self, bot: Bot) -> str:
         # Written by `manage.py feishu_connect` (the bridge's FeishuConnection row, read through the reverse
         # relation: agents never imports the bridge).
         connection = getattr(bot, "feishu_connection", None) if bot.pk else None
         if connection is None:
             if bot.feishu_event_mode == Bot.FeishuEventMode.LONG_CONNECTION:
-                return "Not connected yet: is `manage.py feishu_connect` (started by `make run`) running?"
+                return gettext("Not connected yet: is `manage.py feishu_connect` (started by `make run`) running?")
             return "-"
+        when = "%Y-%m-%d %H:%M:%S %Z"
         parts = [connection.get_state_display()]
         if connection.connected_since:
-            parts.append(f"since {connection.connected_since:%Y-%m-%d %H:%M:%S %Z}")
+            parts.append(gettext("since %(at)s") % {"at": f"{connection.connected_since:{when}}"})
         parts.append(
-            f"last event {connection.last_event_at:%Y-%m-%d %H:%M:%S %Z}"
+            gettext("last event %(at)s") % {"at": f"{connection.last_event_at:{when}}"}
             if connection.last_event_at
-            else "no event yet"
+            else gettext("no event yet")
         )
-        parts.append(f"{connection.events_received} event(s), {connection.reconnects} reconnect(s)")
+        parts.append(
+            gettext("%(events)s event(s), %(reconnects)s reconnect(s)")
+            % {"events": connection.events_received, "reconnects": connection.reconnects}
+        )
         if connection.hostname:
-            parts.append(f"on {connection.hostname} (pid {connection.pid})")
+            parts.append(gettext("on %(host)s (pid %(pid)s)") % {"host": connection.hostname, "pid": connection.pid})
         if connection.last_error:
-            parts.append(f"last error at {connection.last_error_at:%Y-%m-%d %H:%M:%S %Z}: {connection.last_error}")
+            parts.append(
+                gettext("last error at %(at)s: %(error)s")
+                % {"at": f"{connection.last_error_at:{when}}", "error": connection.last_error}
+            )
         return "; ".join(parts)
 
     # The list shows the modes' codes (the label is the tooltip): the labels are sentences that push columns out.
@@ -397,7 +454,7 @@ class MessageAdmin(admin.ModelAdmin):
         "thread_link",
         "thread_runtime_mode",
         "kind",
-        "visibility_mask",
+        "visibility",
         "author",
         "excerpt",
         "created",
@@ -408,6 +465,36 @@ class MessageAdmin(admin.ModelAdmin):
     list_select_related = ["thread", "thread__bot"]
     # No date_hierarchy and no full count: this table is the big one (millions of rows).
     show_full_result_count = False
+    fields = [
+        "related",
+        "thread",
+        "kind",
+        "visibility",
+        "author",
+        "external_message_id",
+        "content",
+        "prompt",
+        "usage",
+        "created_at",
+    ]
+    readonly_fields = ["related", "visibility"]
+
+    @admin.display(description=_("related"))
+    def related(self, message: Message) -> str:
+        # The bridge is not imported by agents: its inbound event list is linked by URL name.
+        links = [
+            (reverse("admin:agents_thread_change", args=[message.thread_id]), _("thread")),
+            (list_url("agents.message", thread__id__exact=message.thread_id), _("messages of this thread")),
+            (list_url("agents.turn", user_message__id__exact=message.pk), _("turn it started")),
+            (list_url("agents.turn", reply_message__id__exact=message.pk), _("turn that wrote it")),
+        ]
+        if message.external_message_id:
+            links.append((list_url("feishu.inboundevent", message_id=message.external_message_id), _("inbound event")))
+        return related_links(links)
+
+    @admin.display(description=_("visibility"), ordering="visibility_mask")
+    def visibility(self, message: Message) -> str:
+        return visibility_in_words(message.visibility_mask)
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -12,6 +12,8 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from agents.admin.core import ClearSecretField, SecretField, SecretFieldsForm, secret_state
 from agents.mcp.services import mcp_server_test
@@ -105,8 +107,8 @@ class McpServerAdmin(admin.ModelAdmin):
         (None, {"fields": ["bot", "name", "transport", "is_enabled", "on_failure", "allowed_tools"]}),
         ("stdio", {"fields": ["command", "args", "environment_state", "environment", "environment_clear"]}),
         ("Streamable HTTP", {"fields": ["url", "headers_state", "headers", "headers_clear"]}),
-        ("Limits", {"fields": ["call_timeout_seconds", "max_steps", "time_budget_seconds"]}),
-        ("Last test", {"fields": ["test_state", "last_test_at", "last_test_error", "tools_view"]}),
+        (_("Limits"), {"fields": ["call_timeout_seconds", "max_steps", "time_budget_seconds"]}),
+        (_("Last test"), {"fields": ["test_state", "last_test_at", "last_test_error", "tools_view"]}),
     ]
     actions = ["test_selected"]
 
@@ -118,12 +120,14 @@ class McpServerAdmin(admin.ModelAdmin):
         server = get_object_or_404(McpServer, pk=object_id)
         change_url = reverse("admin:agents_mcpserver_change", args=[server.pk])
         if request.method != "POST" or not self.has_change_permission(request, server):
-            self.message_user(request, "Testing a server needs a POST by a user who may change it.", messages.ERROR)
+            self.message_user(
+                request, gettext("Testing a server needs a POST by a user who may change it."), messages.ERROR
+            )
             return HttpResponseRedirect(change_url)
         self.report(request, server)
         return HttpResponseRedirect(change_url)
 
-    @admin.action(description="Test (connect and list tools)")
+    @admin.action(description=_("Test (connect and list tools)"))
     def test_selected(self, request: HttpRequest, queryset) -> None:
         for server in queryset.select_related("bot"):
             self.report(request, server)
@@ -131,28 +135,29 @@ class McpServerAdmin(admin.ModelAdmin):
     def report(self, request: HttpRequest, server: McpServer) -> None:
         result = mcp_server_test(server=server)
         if result.is_ok:
-            names = ", ".join(tool.name for tool in result.tools) or "none"
-            self.message_user(request, f"{server.name}: connected; tools: {names}", messages.SUCCESS)
+            names = ", ".join(tool.name for tool in result.tools) or gettext("none")
+            message = gettext("%(server)s: connected; tools: %(names)s") % {"server": server.name, "names": names}
+            self.message_user(request, message, messages.SUCCESS)
         else:
             self.message_user(request, f"{server.name}: {server.last_test_error}", messages.ERROR)
 
-    @admin.display(description="Allowed tools")
+    @admin.display(description=_("Allowed tools"))
     def allowed(self, server: McpServer) -> str:
-        return ", ".join(server.allowed_tools) or "none"
+        return ", ".join(server.allowed_tools) or gettext("none")
 
-    @admin.display(description="Environment")
+    @admin.display(description=_("Environment"))
     def environment_state(self, server: McpServer) -> str:
         return secret_state(server.environment)
 
-    @admin.display(description="Headers")
+    @admin.display(description=_("Headers"))
     def headers_state(self, server: McpServer) -> str:
         return secret_state(server.headers)
 
-    @admin.display(description="Last test")
+    @admin.display(description=_("Last test"))
     def test_state(self, server: McpServer) -> str:
-        return {None: "never tested", True: "OK", False: "failed"}[server.last_test_ok]
+        return {None: gettext("never tested"), True: gettext("OK"), False: gettext("failed")}[server.last_test_ok]
 
-    @admin.display(description="Tools at the last test")
+    @admin.display(description=_("Tools at the last test"))
     def tools_view(self, server: McpServer) -> str:
         if not server.last_test_tools:
             return "-"
@@ -161,7 +166,11 @@ class McpServerAdmin(admin.ModelAdmin):
             "",
             "<li><code>{}</code>{} {}</li>",
             (
-                (tool.get("name", ""), " (allowed)" if tool.get("name") in allowed else "", tool.get("description", ""))
+                (
+                    tool.get("name", ""),
+                    gettext(" (allowed)") if tool.get("name") in allowed else "",
+                    tool.get("description", ""),
+                )
                 for tool in server.last_test_tools
             ),
         )

@@ -9,6 +9,7 @@ import json
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from agents.models import TurnToolCall
 
@@ -21,8 +22,8 @@ class TurnToolCallInline(admin.TabularInline):
     model = TurnToolCall
     extra = 0
     can_delete = False
-    verbose_name = "tool call"
-    verbose_name_plural = "Tool calls (timeline)"
+    verbose_name = _("tool call")
+    verbose_name_plural = _("Tool calls (timeline)")
     fields = ["step", "index", "server", "tool", "status", "duration", "arguments_view", "result_view", "error"]
     readonly_fields = fields
     ordering = ["step", "index"]
@@ -33,15 +34,15 @@ class TurnToolCallInline(admin.TabularInline):
     def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
 
-    @admin.display(description="Duration")
+    @admin.display(description=_("Duration"))
     def duration(self, call: TurnToolCall) -> str:
         return f"{call.duration_ms} ms"
 
-    @admin.display(description="Arguments")
+    @admin.display(description=_("Arguments"))
     def arguments_view(self, call: TurnToolCall) -> str:
         return format_html("<code>{}</code>", json.dumps(call.arguments, ensure_ascii=False))
 
-    @admin.display(description="Result (what the model got)")
+    @admin.display(description=_("Result (what the model got)"))
     def result_view(self, call: TurnToolCall) -> str:
         if len(call.result) <= MAX_RESULT_PREVIEW_CHARS:
             return format_html('<pre style="white-space: pre-wrap">{}</pre>', call.result or "-")

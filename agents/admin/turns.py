@@ -21,7 +21,7 @@ from agents.llm.registry import llm_connection_test
 from agents.models import Automation, LLMModel, Provider, Turn
 from agents.services.automations import automation_delete, automation_save
 from agents.services.providers import provider_last_test_record
-from amuxweb.admin import AuditAdmin, compact_time, pretty_json
+from amuxweb.admin import AuditAdmin, compact_time, dict_table, list_url, pretty_json, related_links
 
 MAX_ERROR_COLUMN_CHARS = 64
 
@@ -48,6 +48,7 @@ class TurnAdmin(AuditAdmin):
     list_select_related = ["bot", "thread"]
     date_hierarchy = "queued_at"
     fields = [
+        "related",
         "bot",
         "thread_link",
         "trigger",
@@ -75,13 +76,37 @@ class TurnAdmin(AuditAdmin):
     def queued(self, turn: Turn) -> str:
         return compact_time(turn.queued_at)
 
+    @admin.display(description=_("related"))
+    def related(self, turn: Turn) -> str:
+        # probe, threadcontext and the bridge are not imported by agents: linked by their admin URL names only.
+        links = [
+            (reverse("admin:feishu_turn_explain", args=[turn.pk]), _("explain (gate, context, delivery)")),
+            (reverse("admin:agents_bot_change", args=[turn.bot_id]), _("bot")),
+            (list_url("feishu.discusswake", turn__id__exact=turn.pk), _("wake")),
+            (list_url("probe.probejudgement", turn__id__exact=turn.pk), _("judgements")),
+        ]
+        if turn.context_decision_id:
+            url = reverse("admin:threadcontext_threadcontextdecision_explain", args=[turn.context_decision_id])
+            links.append((url, _("context decision")))
+        if turn.user_message_id:
+            links.append((reverse("admin:agents_message_change", args=[turn.user_message_id]), _("user message")))
+        if turn.reply_message_id:
+            links.append((reverse("admin:agents_message_change", args=[turn.reply_message_id]), _("reply")))
+        links.append((list_url("feishu.outbounddelivery", turn__id__exact=turn.pk), _("deliveries")))
+        if turn.source_message_id and ":" not in turn.source_message_id:
+            # A Feishu message id (REST and automation turns have "rest:…" / "automation:…"): its inbound event.
+            links.append((list_url("feishu.inboundevent", message_id=turn.source_message_id), _("inbound event")))
+        return related_links(links)
+
     @admin.display(description=_("Context decision"))
     def context_decision_link(self, turn: Turn) -> str:
         # The decision lives in threadcontext, which agents does not import: linked by its admin URL's name.
         if not turn.context_decision_id:
             return "-"
         url = reverse("admin:threadcontext_threadcontextdecision_explain", args=[turn.context_decision_id])
-        return format_html('<a href="{}">{}</a>', url, turn.context_decision_id)
+        return format_html(
+            '<a href="{}">{}</a>', url, _("decision %(id)s (explain)") % {"id": turn.context_decision_id}
+        )
 
     @admin.display(description=_("Thread"))
     def thread_link(self, turn: Turn) -> str:
@@ -104,16 +129,11 @@ class TurnAdmin(AuditAdmin):
             return turn.error
         return turn.error[: MAX_ERROR_COLUMN_CHARS - 1] + "…"
 
-    @admin.display(description=_("User message (what the person wrote / what the model saw)"))
+    @admin.display(description=_("User message (what the person wrote)"))
     def user_message_view(self, turn: Turn) -> str:
+        # What the model saw (the prompt with its thread context) is in the model input below, shown there once.
         message = turn.user_message
-        if message is None:
-            return "-"
-        if message.prompt and message.prompt != message.content:
-            return format_html(
-                "{}<p>{}</p>{}", pre(message.content), gettext("Prompt as the model saw it:"), pre(message.prompt)
-            )
-        return pre(message.content)
+        return "-" if message is None else pre(message.content)
 
     @admin.display(description=_("Output"))
     def output(self, turn: Turn) -> str:
@@ -121,11 +141,16 @@ class TurnAdmin(AuditAdmin):
 
     @admin.display(description=_("Usage"))
     def usage_view(self, turn: Turn) -> str:
-        return pretty_json(turn.usage)
+        return dict_table(turn.usage)
 
     @admin.display(description=_("Model input (as sent)"))
     def model_input_view(self, turn: Turn) -> str:
-        return pretty_json(turn.model_input)
+        # The runner stores the messages twice: neutral (`messages`) and in the provider's body (`request`). The
+        # page shows them once: the request as sent when there is one, the neutral messages otherwise.
+        model_input = dict(turn.model_input or {})
+        body = model_input.pop("request", None) if "request" in model_input else model_input.pop("messages", None)
+        model_input.pop("messages", None)
+        return format_html("{}{}", dict_table(model_input), pretty_json(body))
 
     @admin.display(description=_("Attempts and retries"))
     def retry_history_view(self, turn: Turn) -> str:
@@ -142,7 +167,7 @@ class AutomationAdmin(admin.ModelAdmin):
     readonly_fields = ["thread_link", "periodic_task"]
     actions = ["run_now"]
 
-    @admin.display(description="Thread")
+    @admin.display(description=_("Thread"))
     def thread_link(self, automation: Automation) -> str:
         if not automation.thread_id:
             return gettext("- (created on the first run)")

@@ -4,10 +4,27 @@ shows them lives here, as a subclass of agents' BotAdmin (its fields, form and l
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext_lazy as _
 
 from agents.admin.core import BotAdmin
 from agents.models import Bot
+from amuxweb.admin import list_url, related_links
 from amuxweb.dashboard.selectors import bot_overview_get
+from probe.admin import cause_explained
+
+
+def bot_neighbours(bot: Bot) -> list[tuple[str, str]]:
+    """Every list of the bot's records, filtered to it: one click from its page to its wakes, deliveries, ..."""
+    return [
+        (list_url("agents.turn", bot__id__exact=bot.pk), _("turns")),
+        (list_url("probe.probejudgement", bot__id__exact=bot.pk), _("judgements")),
+        (list_url("feishu.discusswake", bot__id__exact=bot.pk), _("discuss wakes")),
+        (list_url("feishu.outbounddelivery", bot__id__exact=bot.pk), _("deliveries")),
+        (list_url("feishu.inboundevent", bot__id__exact=bot.pk), _("inbound events")),
+        (list_url("threadcontext.workspace", bot_profile=bot.slug), _("workspaces")),
+        (list_url("threadcontext.threadcontextdecision", bot_profile=bot.slug), _("context decisions")),
+        (list_url("agents.thread", bot__id__exact=bot.pk), _("threads")),
+    ]
 
 
 class BotOverviewAdmin(BotAdmin):
@@ -16,7 +33,13 @@ class BotOverviewAdmin(BotAdmin):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None) -> HttpResponse:
         bot = self.get_object(request, object_id)
         if bot is not None:
-            extra_context = {**(extra_context or {}), "bot_overview": bot_overview_get(bot=bot, request=request)}
+            overview = bot_overview_get(bot=bot, request=request)
+            extra_context = {
+                **(extra_context or {}),
+                "bot_overview": overview,
+                "bot_probe_cause": cause_explained(overview.probe_cause) if overview.probe_cause else "",
+                "bot_related": related_links(bot_neighbours(bot)),
+            }
         return super().change_view(request, object_id, form_url, extra_context)
 
 

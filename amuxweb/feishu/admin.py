@@ -14,9 +14,20 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from amuxweb.admin import AuditAdmin, change_link, compact_time, model_names, pretty_json
+from amuxweb.admin import (
+    AuditAdmin,
+    change_link,
+    compact_time,
+    dict_table,
+    list_url,
+    model_names,
+    pretty_json,
+    related_links,
+)
 from amuxweb.feishu.explain import ExplainNotFound, wake_explain_data
 from amuxweb.feishu.models import DiscussWake, InboundEvent, OutboundDelivery
+from probe.admin import cause_explained, probe_mode_explained
+from threadcontext.admin import exclusion_explained
 
 MAX_ERROR_COLUMN_CHARS = 60
 model_names(InboundEvent, _("inbound event"), _("inbound events"))
@@ -36,6 +47,7 @@ class InboundEventAdmin(AuditAdmin):
     date_hierarchy = "received_at"
     list_select_related = ["bot"]
     readonly_fields = [
+        "related",
         "bot",
         "event_id",
         "message_id",
@@ -50,6 +62,17 @@ class InboundEventAdmin(AuditAdmin):
     ]
     exclude = ["payload"]
     actions = ["reprocess"]
+
+    @admin.display(description=_("related"))
+    def related(self, obj: InboundEvent) -> str:
+        links = [(reverse("admin:agents_bot_change", args=[obj.bot_id]), _("bot"))] if obj.bot_id else []
+        if obj.message_id:
+            links += [
+                (list_url("agents.turn", source_message_id=obj.message_id), _("turns of this message")),
+                (list_url("agents.message", external_message_id=obj.message_id), _("messages")),
+                (list_url("threadcontext.threadcontextdecision", message_id=obj.message_id), _("context decisions")),
+            ]
+        return related_links(links)
 
     @admin.display(description=_("error"))
     def short_error(self, obj: InboundEvent) -> str:
@@ -84,7 +107,18 @@ class OutboundDeliveryAdmin(AuditAdmin):
     list_filter = ["status", "bot", "reply_in_thread"]
     search_fields = ["uuid", "feishu_message_id", "reply_to_message_id", "chat_id"]
     list_select_related = ["bot", "turn"]
-    readonly_fields = [field.name for field in OutboundDelivery._meta.fields]
+    readonly_fields = ["related", *(field.name for field in OutboundDelivery._meta.fields)]
+
+    @admin.display(description=_("related"))
+    def related(self, obj: OutboundDelivery) -> str:
+        links = [(reverse("admin:agents_bot_change", args=[obj.bot_id]), _("bot"))]
+        if obj.turn_id:
+            links += [
+                (reverse("admin:agents_turn_change", args=[obj.turn_id]), _("turn")),
+                (reverse("admin:feishu_turn_explain", args=[obj.turn_id]), _("turn (explain)")),
+                (list_url("feishu.outbounddelivery", turn__id__exact=obj.turn_id), _("deliveries of this turn")),
+            ]
+        return related_links(links)
 
     @admin.display(description=_("turn"), ordering="turn")
     def turn_link(self, obj: OutboundDelivery):
@@ -101,7 +135,22 @@ class DiscussWakeAdmin(AuditAdmin):
     list_filter = ["status", "bot"]
     search_fields = ["chat_id", "root_msg_id", "last_message_id"]
     list_select_related = ["bot", "turn"]
-    readonly_fields = [field.name for field in DiscussWake._meta.fields]
+    readonly_fields = ["related", *(field.name for field in DiscussWake._meta.fields)]
+
+    @admin.display(description=_("related"))
+    def related(self, obj: DiscussWake) -> str:
+        links = [
+            (reverse("admin:agents_bot_change", args=[obj.bot_id]), _("bot")),
+            (reverse("admin:feishu_discusswake_explain", args=[obj.pk]), _("explain")),
+            (list_url("probe.probejudgement", wake_id=obj.pk), _("judgements of this wake")),
+        ]
+        if obj.turn_id:
+            links.append((reverse("admin:agents_turn_change", args=[obj.turn_id]), _("turn")))
+        if obj.message_ids:
+            links.append(
+                (list_url("feishu.inboundevent", message_id__in=",".join(obj.message_ids)), _("inbound events"))
+            )
+        return related_links(links)
 
     @admin.display(description=_("due"), ordering="due_at")
     def due(self, obj: DiscussWake) -> str:
@@ -143,8 +192,76 @@ class DiscussWakeExplainAdmin(DiscussWakeAdmin):
             "opts": self.model._meta,
             "title": title,
             "explain": explain,
+            **explain_in_words(explain),
         }
         return TemplateResponse(request, "admin/feishu/wake_explain.html", context)
+
+
+def explain_in_words(explain: dict) -> dict:
+    """What the explain page adds to the selector's data: codes as sentences, dicts as tables, the neighbours."""
+    context = explain["context"]
+    gate = [
+        {
+            **judgement,
+            "cause_in_words": cause_explained(judgement["cause"]),
+            "probe_mode_in_words": probe_mode_explained(judgement["probe_mode"]),
+        }
+        for judgement in explain["gate"]
+    ]
+    excluded = []
+    if context is not None:
+        excluded = [
+            {
+                **item,
+                "why": exclusion_explained(
+                    reason=item["reason"],
+                    item_type=item["item_type"],
+                    mode=context["mode"],
+                    diagnostics=context["diagnostics"],
+                ),
+            }
+            for item in context["excluded"]
+        ]
+    return {
+        "gate": gate,
+        "excluded": excluded,
+        "trimmed_table": dict_table(context["trimmed"]) if context is not None else "",
+        "usage_table": dict_table(explain["turn"]["usage"]) if explain["turn"] is not None else "",
+        "related": related_links(explain_neighbours(explain)),
+    }
+
+
+def explain_neighbours(explain: dict) -> list[tuple[str, str]]:
+    """Every record the explain page is about, one link each: bot, workspace, wake, judgements, turn, messages,
+    context decision, deliveries, inbound events."""
+    bot, wake, turn, context = explain["bot"], explain["wake"], explain["turn"], explain["context"]
+    chat_id = wake["chat_id"] if wake is not None else (context["chat_id"] if context is not None else "")
+    links = [(reverse("admin:agents_bot_change", args=[bot["id"]]), _("bot"))]
+    if chat_id:
+        links.append((list_url("threadcontext.workspace", bot_profile=bot["slug"], chat_id=chat_id), _("workspace")))
+    if wake is not None:
+        links.append((reverse("admin:feishu_discusswake_change", args=[wake["id"]]), _("wake")))
+        links.append((list_url("probe.probejudgement", wake_id=wake["id"]), _("judgements of this wake")))
+        if wake["message_ids"]:
+            links.append(
+                (list_url("feishu.inboundevent", message_id__in=",".join(wake["message_ids"])), _("inbound events"))
+            )
+    if turn is not None:
+        links.append((reverse("admin:agents_turn_change", args=[turn["id"]]), _("turn")))
+        if wake is None:
+            links.append((list_url("probe.probejudgement", turn__id__exact=turn["id"]), _("judgements of this turn")))
+        if turn["user_message_id"]:
+            links.append((reverse("admin:agents_message_change", args=[turn["user_message_id"]]), _("user message")))
+        if turn["reply_message_id"]:
+            links.append((reverse("admin:agents_message_change", args=[turn["reply_message_id"]]), _("reply")))
+        if turn["context_decision_id"]:
+            url = reverse("admin:threadcontext_threadcontextdecision_explain", args=[turn["context_decision_id"]])
+            links.append((url, _("context decision")))
+        links.append((list_url("feishu.outbounddelivery", turn__id__exact=turn["id"]), _("deliveries")))
+        if wake is None and turn["source_message_id"] and ":" not in turn["source_message_id"]:
+            # A Feishu message id (REST and automation turns have "rest:…" / "automation:…"): its inbound event.
+            links.append((list_url("feishu.inboundevent", message_id=turn["source_message_id"]), _("inbound event")))
+    return links
 
 
 admin.site.unregister(DiscussWake)

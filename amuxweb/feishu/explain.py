@@ -27,6 +27,9 @@ def _gate(judgements: list[ProbeJudgement]) -> list[dict[str, Any]]:
             "reason": judgement.reason,
             "error": judgement.error,
             "model": str(judgement.model) if judgement.model_id else "",
+            # What was in force when the gate ran, recorded on the row (the bot's settings may have changed since).
+            "probe_mode": judgement.probe_mode,
+            "probe_model_name": judgement.probe_model_name,
             "input_tokens": judgement.input_tokens,
             "output_tokens": judgement.output_tokens,
             "latency_ms": judgement.duration_ms,
@@ -59,6 +62,7 @@ def _delivery(turn: Turn | None) -> list[dict[str, Any]]:
         return []
     return [
         {
+            "id": delivery.pk,
             "chunk_index": delivery.chunk_index,
             "status": delivery.status,
             "chat_id": delivery.chat_id,
@@ -125,6 +129,9 @@ def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None)
             "error": turn.error,
             "usage": turn.usage,
             "duration_ms": turn.duration_ms,
+            "user_message_id": turn.user_message_id,
+            "reply_message_id": turn.reply_message_id,
+            "context_decision_id": turn.context_decision_id,
         },
         "context": _context(turn),
         "delivery": _delivery(turn),

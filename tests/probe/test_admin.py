@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Provider
+from amuxweb.feishu.admin import explain_in_words
 from amuxweb.feishu.explain import ExplainNotFound, wake_explain_data
 from amuxweb.feishu.models import DiscussWake
 from probe.models import ProbeJudgement
@@ -224,7 +225,8 @@ def test_wake_explain_shows_gate_and_no_turn_for_a_declined_wake_P11(rf, admin_u
     assert (data["turn"], data["context"], data["delivery"]) == (None, None, [])
     request = rf.get("/")
     request.user = admin_user
-    html = render_to_string("admin/feishu/wake_explain.html", {"explain": data}, request=request)
+    context = {"explain": data, **explain_in_words(data)}  # what the admin view gives the template
+    html = render_to_string("admin/feishu/wake_explain.html", context, request=request)
     assert "chatter between others" in html and "No turn: the gate kept the bot silent." in html
 
 
