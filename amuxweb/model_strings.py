@@ -301,5 +301,11 @@ MODEL_STRINGS = frozenset(
         gettext_noop("Connected"),
         gettext_noop("Reconnecting"),
         gettext_noop("Stopped"),
+        gettext_noop("tool max steps"),
+        gettext_noop("tool time budget seconds"),
+        gettext_noop("tool call timeout seconds"),
+        gettext_noop("Most tool steps per turn. Empty: the hub's default."),
+        gettext_noop("Total tool time per turn, in seconds. Empty: the hub's default."),
+        gettext_noop("One tool call's timeout, in seconds. Empty: the hub's default."),
     }
 )
