@@ -301,7 +301,10 @@ def run() -> None:
                 print("server errors:\n" + log_text[-3000:])
         import redis
 
-        redis.Redis.from_url(redis_url).delete("celery")  # the queued processing tasks no worker consumed
+        from django.conf import settings
+
+        # The queued processing tasks no worker consumed.
+        redis.Redis.from_url(redis_url).delete(settings.QUEUE_INTAKE)
         if postgres_url is not None:
             _drop_postgres(postgres_url)
         if sqlite_dir is not None:

@@ -207,7 +207,12 @@ class SessionBinding(models.Model):
                 name="sessionbinding_unique_live_entry",
             ),
         ]
-        indexes = [models.Index(fields=["agent_thread_id"], name="sessionbinding_thread")]
+        indexes = [
+            models.Index(fields=["agent_thread_id"], name="sessionbinding_thread"),
+            # Issue 11: a topic's first message looks for a retired binding of its entry point (C14); the live
+            # constraint's partial index does not cover retired rows, so without this each look walked the table.
+            models.Index(fields=["bot_profile", "chat_id", "scope_key", "-id"], name="sessionbinding_entry_newest"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.bot_profile}:{self.chat_id}:{self.scope_key}"
