@@ -17,13 +17,13 @@ from django.db import connection
 from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
 
-from agents.models import Bot, Turn
+from agents.models import Turn
 from agents.services.turns import turn_run
 from amuxweb.feishu.models import InboundEvent
 from amuxweb.feishu.services.routing import inbound_event_process
 from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
 from tests.agents.factories import LLMModelFactory, ProviderFactory
-from tests.feishu.conftest import bot_open_id, feishu, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
+from tests.feishu.conftest import bot_open_id, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
 from tests.probe.conftest import stub_base_url
 from threadcontext.models import Workspace
 
@@ -111,7 +111,7 @@ def _mention(bot, text: str, message_id: str, **where) -> dict:
 
 
 @pytest.fixture
-def bot(make_feishu_bot, llm_stub, feishu_stub):
+def bot(make_feishu_bot, llm_stub, feishu_stub):  # noqa: F811
     """A Feishu bot answering through the OpenAI SDK at the LLM stub, its group's workspace and chat mode known."""
     provider = ProviderFactory(
         kind="openai_chat", base_url=stub_base_url("openai_chat", llm_stub), api_key="sk-x", max_retries=0
@@ -184,7 +184,7 @@ def test_an_unaddressed_message_in_a_discuss_group_reads_only_through_indexes(cl
     _assert_hot_path("discuss_unaddressed", statements)
 
 
-def test_a_turn_reads_only_through_indexes(client, warm, feishu_stub):
+def test_a_turn_reads_only_through_indexes(client, warm, feishu_stub):  # noqa: F811
     # given: an @ in the warm topic, processed, its turn not run yet
     event, _ = _post(
         client,
