@@ -300,7 +300,6 @@ def run() -> None:
             if "Traceback" in log_text:
                 print("server errors:\n" + log_text[-3000:])
         import redis
-
         from django.conf import settings
 
         # The queued processing tasks no worker consumed.

@@ -5,8 +5,9 @@ stored event's processing (`inbound_event_process`: an @-mention, an un-addresse
 and the turn (`turn_run`, the LLM at the local stub, Feishu at its stub). The queries are captured from a
 message that is not the first of its chat (the first creates the workspace and reads the chat's mode once),
 counted against an upper bound per path, and every read and write that selects rows is EXPLAINed: on SQLite
-no `SCAN` (a whole table, or a whole index, walked) and on PostgreSQL no `Seq Scan` with sequential scans
-disabled (so a tiny test table cannot hide a missing index behind the planner's preference).
+no `SCAN` (a whole table, or a whole index, walked) and on PostgreSQL no `Seq Scan` and no index scan without an
+index condition, with sequential scans disabled (so a tiny test table cannot hide a missing index behind the
+planner's preference for reading a few rows in order).
 """
 
 import re
@@ -90,9 +91,20 @@ def _full_scans(statements: list[str]) -> list[tuple[str, str]]:
                 lines = [row[-1] for row in cursor.fetchall()]
                 found += [(sql, line) for line in lines if line.startswith("SCAN ") and line.split()[1] in tables]
             else:
-                cursor.execute(f"EXPLAIN {sql}")
-                found += [(sql, row[0]) for row in cursor.fetchall() if "Seq Scan" in row[0]]
+                cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+                plan = cursor.fetchone()[0]
+                found += [(sql, node) for node in _pg_full_scans(plan[0]["Plan"] if isinstance(plan, list) else plan)]
     return found
+
+
+def _pg_full_scans(node: dict) -> list[str]:
+    """A sequential scan, or an index walked end to end (an index scan without a condition on the index)."""
+    own = []
+    if node["Node Type"] == "Seq Scan" or (
+        node["Node Type"] in ("Index Scan", "Index Only Scan", "Bitmap Index Scan") and "Index Cond" not in node
+    ):
+        own.append(f"{node['Node Type']} on {node.get('Relation Name') or node.get('Index Name')}")
+    return own + [scan for child in node.get("Plans", []) for scan in _pg_full_scans(child)]
 
 
 def _assert_hot_path(name: str, statements: list[str]) -> None:
