@@ -64,19 +64,31 @@ def _serve_stubs(directory: str) -> None:
         "openai_chat",
         lambda request: StubResponse(body=openai_chat_body(text="noted"), delay_seconds=MODEL_LATENCY_SECONDS),
     )
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    stopping, dump = threading.Event(), threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: (stopping.set(), dump.set()))
+    signal.signal(signal.SIGUSR1, lambda *_: dump.set())  # after each phase: what has arrived so far
     Path(directory, "ports.json").write_text(json.dumps({"feishu": feishu.url, "llm": llm.url("/v1")}))
-    stopping.wait()
-    with feishu.stub.lock:
-        sent = [(item["message_id"], item["route"], item.get("parent_id", "")) for item in feishu.stub.sent]
-        at = {
-            request.path.split("/")[-2]: request.at
-            for request in feishu.stub.requests
-            if request.route == "reply" and request.status == 200
-        }
-    replies = [{"parent": parent, "at": at.get(parent)} for _, route, parent in sent if route == "reply"]
-    Path(directory, "replies.json").write_text(json.dumps({"replies": replies, "llm_calls": len(llm.requests)}))
+    while not stopping.is_set():
+        dump.wait()
+        dump.clear()
+        with feishu.stub.lock:
+            at = {
+                request.path.split("/")[-2]: request.at
+                for request in feishu.stub.requests
+                if request.route == "reply" and request.status == 200
+            }
+        written = Path(directory, "replies.json.part")
+        written.write_text(json.dumps({"replies": at, "llm_calls": len(llm.requests)}))
+        written.rename(Path(directory, "replies.json"))
+
+
+def _replies(directory: Path, stubs: subprocess.Popen) -> dict:
+    """{parent message id: monotonic time its reply reached the Feishu stub}, and the LLM stub's call count."""
+    answer = Path(directory, "replies.json")
+    answer.unlink(missing_ok=True)
+    stubs.send_signal(signal.SIGUSR1)
+    _wait_for(answer.exists, "the stubs' reply log", seconds=60)
+    return json.loads(answer.read_text())
 
 
 # --- query counting inside a worker (imported by `celery worker --include bench.bench_pipeline`) ---------------
@@ -399,7 +411,7 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
         cwd=ROOT,
         env=context["env"],
         check=True,
-        timeout=seconds * 4 + 120,
+        timeout=seconds * 6 + 900,  # signing and encrypting every message first is slow on a busy machine
     )
     load = json.loads(out_file.read_text())
     load_end = time.monotonic()
@@ -519,8 +531,6 @@ def run() -> None:
     stubs = _spawn([sys.executable, "-m", "bench.bench_pipeline", "--stubs", str(tmp)], os.environ, tmp, "stubs")
     processes: list[subprocess.Popen] = [stubs]
     sampler = None
-    output: list[str] = []
-    replies: dict[str, float] = {}
     try:
         _wait_for(lambda: Path(tmp, "ports.json").exists(), "the stubs")
         ports = json.loads(Path(tmp, "ports.json").read_text())
@@ -593,23 +603,14 @@ def run() -> None:
             context = {"sampler": sampler, "base": base, "setup_file": str(setup_file), "env": env, "tmp": tmp}
             # Not reported: every process imports its SDKs and opens its connections on its first messages.
             _phase(context, WARMUP_RATE, WARMUP_SECONDS, f"w{workers}warm")
-            results = [_phase(context, rate, seconds, f"w{workers}r{rate}") for rate in rates]
+            for rate in rates:
+                result = _phase(context, rate, seconds, f"w{workers}r{rate}")
+                answers = _replies(tmp, stubs)
+                load = os.getloadavg()
+                print(_report(result, answers["replies"], workers), flush=True)
+                print(f"  load average now {load[0]:.1f}; model calls so far {answers['llm_calls']}", flush=True)
             for process in started:
                 _stop(process)
-            output.append(f"== {workers} worker process(es)")
-            output.append(json.dumps(results))
-        _stop(stubs)
-        answers = json.loads(Path(tmp, "replies.json").read_text())
-        replies = {reply["parent"]: reply["at"] for reply in answers["replies"] if reply["at"] is not None}
-        load = os.getloadavg()
-        print(f"load average after: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-        print(f"model calls at the LLM stub: {answers['llm_calls']}")
-        for line in output:
-            if line.startswith("=="):
-                workers = int(line.split()[1])
-                continue
-            for result in json.loads(line):
-                print(_report(result, replies, workers), flush=True)
     finally:
         if sampler is not None:
             sampler.stopping.set()
