@@ -8,6 +8,7 @@ the task tries again at once; the ledger's attempt caps bound it either way).
 """
 
 from celery import shared_task
+from django.conf import settings
 
 # Above the ledger's caps (model attempts + delivery attempts), which are the real bound.
 TURN_TASK_MAX_RETRIES = 16
@@ -24,7 +25,9 @@ def turn_run_task(self, turn_id: int) -> str:
         except TurnRetryLater as exc:
             if self.request.is_eager:
                 continue  # no broker to schedule a retry on; the ledger's caps end the loop
-            raise self.retry(exc=exc, countdown=exc.countdown_seconds) from exc
+            # A delivery's retry skips the turns queue: the reply it carries is ready (settings.CELERY_TASK_ROUTES).
+            queue = {"queue": settings.QUEUE_DELIVERIES} if exc.is_delivery else {}
+            raise self.retry(exc=exc, countdown=exc.countdown_seconds, **queue) from exc
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_TASK_MAX_RETRIES)

@@ -310,8 +310,10 @@ def run() -> None:
             if "Traceback" in log_text:
                 print("server errors:\n" + log_text[-3000:])
         import redis
+        from django.conf import settings
 
-        redis.Redis.from_url(redis_url).delete("celery")  # the queued processing tasks no worker consumed
+        # The queued processing tasks no worker consumed.
+        redis.Redis.from_url(redis_url).delete(settings.QUEUE_INTAKE)
         if postgres_url is not None:
             _drop_postgres(postgres_url)
         if sqlite_dir is not None:

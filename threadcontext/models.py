@@ -207,7 +207,13 @@ class SessionBinding(models.Model):
                 name="sessionbinding_unique_live_entry",
             ),
         ]
-        indexes = [models.Index(fields=["agent_thread_id"], name="sessionbinding_thread")]
+        indexes = [
+            # The turn's live binding of its thread, newest first (served in order, not by walking the pk).
+            models.Index(fields=["agent_thread_id", "-id"], name="sessionbinding_thread_newest"),
+            # Issue 11: a topic's first message looks for a retired binding of its entry point (C14); the live
+            # constraint's partial index does not cover retired rows, so without this each look walked the table.
+            models.Index(fields=["bot_profile", "chat_id", "scope_key", "-id"], name="sessionbinding_entry_newest"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.bot_profile}:{self.chat_id}:{self.scope_key}"

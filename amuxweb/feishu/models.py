@@ -34,6 +34,8 @@ class InboundEvent(models.Model):
         ]
         indexes = [
             models.Index(fields=["received_at"], condition=Q(status="pending"), name="inboundevent_pending"),
+            # Issue 11: the sweeper's look for claims left by a killed worker (every 30 s) walked the whole table.
+            models.Index(fields=["claimed_at"], condition=Q(status="processing"), name="inboundevent_processing"),
             models.Index(fields=["received_at"], name="inboundevent_received"),  # the daily retention prune
         ]
 

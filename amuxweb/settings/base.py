@@ -219,10 +219,36 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 # With acks_late tasks, a killed worker's message comes back after this long (Redis transport).
 # (The embedded SQLAlchemy transport takes none: kombu would hand them to SQLAlchemy's create_engine.)
+# "priority": a worker takes from its queues in CELERY_TASK_QUEUES' order, not round robin (below).
 CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600)} if REDIS_URL else {}
+    {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600), "queue_order_strategy": "priority"}
+    if REDIS_URL
+    else {}
 )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Issue 11: one queue per stage, so a reply never waits behind intake that arrived after it. Every worker
+# consumes all of them unless started with `-Q` (a worker without -Q consumes every queue in CELERY_TASK_QUEUES),
+# and on Redis it takes from the first non-empty one in this order ("priority"): a stored reply's delivery first,
+# then turns, then discuss judges, then new intake, then the sweepers. Dedicated workers: README, Scaling out.
+QUEUE_DELIVERIES, QUEUE_TURNS, QUEUE_PROBE, QUEUE_INTAKE, QUEUE_MAINTENANCE = (
+    "deliveries",
+    "turns",
+    "probe",
+    "intake",
+    "maintenance",
+)
+CELERY_TASK_QUEUES = {
+    name: {"exchange": name, "routing_key": name}
+    for name in (QUEUE_DELIVERIES, QUEUE_TURNS, QUEUE_PROBE, QUEUE_INTAKE, QUEUE_MAINTENANCE)
+}
+CELERY_TASK_DEFAULT_QUEUE = QUEUE_MAINTENANCE  # beat's sweepers and prunes, and any task not routed below
+CELERY_TASK_ROUTES = {
+    "amuxweb.feishu.tasks.inbound_event_process": {"queue": QUEUE_INTAKE},
+    "agents.tasks.turn_run_task": {"queue": QUEUE_TURNS},
+    "agents.tasks.automation_run_task": {"queue": QUEUE_TURNS},
+    "amuxweb.feishu.discuss.discuss_wake_fire_task": {"queue": QUEUE_PROBE},
+    # A delivery's retry goes to QUEUE_DELIVERIES (agents.tasks.turn_run_task picks the queue of its retry).
+}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE: dict = {}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.services.retention import thread_context_prune_if_due
@@ -156,11 +156,21 @@ def _event_record(
     defaults: dict,
     item: dict | None,
 ) -> tuple[ThreadEvent, bool]:
-    """get_or_create on the unique (bridge_id, message_id, event_type); the item is written with a new event only."""
+    """Insert on the unique (bridge_id, message_id, event_type), read the row only when it exists already; the item
+    is written with a new event only.
+
+    Insert first (issue 11): a new message, the common case, costs the INSERT alone, where get_or_create read first.
+    """
     with transaction.atomic():
-        event, created = ThreadEvent.objects.get_or_create(
-            bridge_id=bridge_id, message_id=message_id, event_type=event_type, defaults=defaults
-        )
+        try:
+            with transaction.atomic():  # a savepoint: a duplicate leaves the outer block usable
+                event = ThreadEvent.objects.create(
+                    bridge_id=bridge_id, message_id=message_id, event_type=event_type, **defaults
+                )
+            created = True
+        except IntegrityError:
+            event = ThreadEvent.objects.get(bridge_id=bridge_id, message_id=message_id, event_type=event_type)
+            created = False
         if created and item is not None:
             ThreadContextItem.objects.create(
                 event=event,

@@ -46,10 +46,12 @@ class TurnRetryLater(Exception):
     """Run the turn again after `countdown_seconds` (the Celery task retries): a transient provider error, a
     transient read while preparing, or a delivery Feishu refused for now."""
 
-    def __init__(self, message: str, *, countdown_seconds: float, attempt: int) -> None:
+    def __init__(self, message: str, *, countdown_seconds: float, attempt: int, is_delivery: bool = False) -> None:
         super().__init__(message)
         self.countdown_seconds = countdown_seconds
         self.attempt = attempt
+        # The reply is stored and only its delivery is left: the retry goes to the deliveries queue (issue 11).
+        self.is_delivery = is_delivery
 
 
 def backoff_seconds(*, attempt: int, retry_after_seconds: float | None = None) -> float:

@@ -317,7 +317,7 @@ def _deliver(*, turn: Turn, channel: TurnChannel) -> str:
                 "turn delivery will retry",
                 extra={"turn_id": turn.pk, "delivery_attempt": attempt, "countdown_seconds": countdown},
             )
-            raise ledger.TurnRetryLater(error, countdown_seconds=countdown, attempt=attempt) from exc
+            raise ledger.TurnRetryLater(error, countdown_seconds=countdown, attempt=attempt, is_delivery=True) from exc
         error = f"Gave up after {attempt} delivery attempts. Last error: {error}"
         if ledger.turn_mark_delivery_failed(turn=turn, error=error):
             _tell_failed(channel=channel, turn=turn, status=Turn.Status.DELIVERY_FAILED)

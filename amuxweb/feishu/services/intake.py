@@ -92,8 +92,12 @@ def inbound_event_claim(*, event_pk: int, now=None) -> InboundEvent | None:
     return InboundEvent.objects.select_related("bot").get(pk=event_pk)
 
 
-def inbound_event_finish(*, event: InboundEvent, status: str, error: str = "") -> None:
-    InboundEvent.objects.filter(pk=event.pk).update(status=status, error=error[:2000], processed_at=timezone.now())
+def inbound_event_finish(*, event: InboundEvent, status: str, error: str = "", payload: dict | None = None) -> None:
+    """Mark the event done or ignored; `payload`: its annotated payload, stored in the same UPDATE (issue 11)."""
+    fields = {"status": status, "error": error[:2000], "processed_at": timezone.now()}
+    if payload is not None:
+        fields["payload"] = event.payload = payload
+    InboundEvent.objects.filter(pk=event.pk).update(**fields)
     event.status, event.error = status, error
 
 

@@ -302,20 +302,23 @@ def inbound_event_process(*, event_pk: int) -> RouteResult | None:
         # The one-time bot/v3/info and chat.get reads are HTTP calls: made before the transaction, never inside it.
         bot_open_id = bot_open_id_ensure(bot=event.bot)
         payload = chat_mode_annotate(bot=event.bot, payload=event.payload)
-        if payload is not event.payload:
-            # Stored before any turn or wake reads the event: they parse the same timeline key (G1).
-            InboundEvent.objects.filter(pk=event.pk).update(payload=payload)
-            event.payload = payload
         with transaction.atomic():  # notices go out after commit (feishu_notice_send), turns enqueue after it
             result = inbound_event_route(
-                bot=event.bot, event_type=event.event_type, payload=event.payload, bot_open_id=bot_open_id
+                bot=event.bot, event_type=event.event_type, payload=payload, bot_open_id=bot_open_id
+            )
+            status = InboundEvent.Status.IGNORED if result.is_ignored else InboundEvent.Status.DONE
+            # In the route's transaction, with the annotated payload in the same UPDATE (one statement, not two):
+            # committed before any turn or wake it started reads the event, so they parse the same timeline (G1).
+            inbound_event_finish(
+                event=event,
+                status=status,
+                error="" if status == InboundEvent.Status.DONE else result.outcome,
+                payload=payload if payload is not event.payload else None,
             )
     except Exception as error:  # an unexpected bug must not lose the event: release it for the sweeper
         logger.exception("feishu event processing failed", extra={"inbound_event": event.pk, "bot": event.bot.slug})
         inbound_event_release_for_retry(event=event, error=f"{type(error).__name__}: {error}")
         return None
-    status = InboundEvent.Status.IGNORED if result.is_ignored else InboundEvent.Status.DONE
-    inbound_event_finish(event=event, status=status, error="" if status == InboundEvent.Status.DONE else result.outcome)
     logger.info(
         "feishu event processed",
         extra={

@@ -1,0 +1,637 @@
+"""The whole pipeline under load (issue 11): webhook -> intake task -> turn -> reply at the Feishu stub.
+
+Started here, all on 127.0.0.1: gunicorn (2 sync workers), 1 then 2 Celery worker processes (each
+`--pool threads`, WORKER_THREADS threads: a turn mostly waits for the model), beat, PostgreSQL (a database of
+this bench's own, dropped afterwards) and Redis (REDIS_URL, else DEFAULT_REDIS; its queues are emptied), and in a
+child process the Feishu stub and the OpenAI-compatible LLM stub answering after MODEL_LATENCY_SECONDS. 10 bots
+(replies as plain text, no receipt reaction) in 50 groups, 10 of them discuss groups (the judge is the local rules
+provider: no model I/O). A second process offers an open-loop mix at each rate for PHASE_SECONDS: @-mentions
+opening topics (50 %), @-mentions inside a topic (15 %), un-addressed messages in discuss groups (15 %), DMs (10 %)
+and REST posts (10 %).
+
+Per rate: offered and delivered msg/s, whether the backlog (Redis queue depth + pending inbound events + unfinished
+turns, sampled every second) stayed flat, p50/p99 from the webhook POST to the reply at the stub minus the model's
+latency, CPU ms per message of the web, worker and PostgreSQL processes (/proc, PostgreSQL backends of this
+database only), statements per task by outcome (counted in the workers), and sequential scans per message by table
+(pg_stat_user_tables). Every figure is a ratio or count within one run; the machine is shared, so the load average
+is printed beside them. Bounded: PHASE_SECONDS per rate, DRAIN_SECONDS at most to drain, leftovers purged.
+Flags: `--rates 5,20`, `--seconds 20`, `--workers 1,2`.
+"""
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+RATES = (5, 20, 50, 100)
+PHASE_SECONDS = 20
+WORKER_SETS = (1, 2)
+WORKER_THREADS = 16
+MODEL_LATENCY_SECONDS = 0.3
+DRAIN_SECONDS = 30
+WARMUP_RATE, WARMUP_SECONDS = 4, 8
+BOTS, GROUPS, DISCUSS_EVERY = 10, 50, 5  # every 5th group is a discuss group
+DEFAULT_REDIS = "redis://127.0.0.1:6379/7"
+QUERY_COUNTS_KEY = "bench_pipeline:queries"
+ROOT = Path(__file__).resolve().parents[1]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _flag(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv[:-1] else default
+
+
+# --- the stubs' child process ----------------------------------------------------------------------------
+def _serve_stubs(directory: str) -> None:
+    """Child: both stubs until SIGTERM, then every reply the Feishu stub took (parent message id, monotonic time)."""
+    from tests.stubs.feishu_server import FeishuStubServer
+    from tests.stubs.llm_servers import LLMStubServer, StubResponse, openai_chat_body
+
+    feishu = FeishuStubServer().start()
+    llm = LLMStubServer().start()
+    llm.respond_with(
+        "openai_chat",
+        lambda request: StubResponse(body=openai_chat_body(text="noted"), delay_seconds=MODEL_LATENCY_SECONDS),
+    )
+    stopping, dump = threading.Event(), threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: (stopping.set(), dump.set()))
+    signal.signal(signal.SIGUSR1, lambda *_: dump.set())  # after each phase: what has arrived so far
+    Path(directory, "ports.json").write_text(json.dumps({"feishu": feishu.url, "llm": llm.url("/v1")}))
+    while not stopping.is_set():
+        dump.wait()
+        dump.clear()
+        with feishu.stub.lock:
+            at = {
+                request.path.split("/")[-2]: request.at
+                for request in feishu.stub.requests
+                if request.route == "reply" and request.status == 200
+            }
+        written = Path(directory, "replies.json.part")
+        written.write_text(json.dumps({"replies": at, "llm_calls": len(llm.requests)}))
+        written.rename(Path(directory, "replies.json"))
+
+
+def _replies(directory: Path, stubs: subprocess.Popen) -> dict:
+    """{parent message id: monotonic time its reply reached the Feishu stub}, and the LLM stub's call count."""
+    answer = Path(directory, "replies.json")
+    answer.unlink(missing_ok=True)
+    stubs.send_signal(signal.SIGUSR1)
+    _wait_for(answer.exists, "the stubs' reply log", seconds=60)
+    return json.loads(answer.read_text())
+
+
+# --- query counting inside a worker (imported by `celery worker --include bench.bench_pipeline`) ---------------
+def _count_worker_queries() -> None:
+    import redis
+    from celery.signals import task_postrun, task_prerun, worker_ready
+    from django.db import connection
+
+    counts = threading.local()
+    store = redis.Redis.from_url(os.environ["REDIS_URL"])
+
+    def counter(execute, sql, params, many, context):
+        counts.value = getattr(counts, "value", 0) + 1
+        return execute(sql, params, many, context)
+
+    @worker_ready.connect(weak=False)
+    def _ready(**_) -> None:
+        Path(os.environ["AMUX_BENCH_READY_FILE"]).touch()  # the log says "ready." only at INFO
+
+    @task_prerun.connect(weak=False)
+    def _start(**_) -> None:
+        counts.value = 0
+        if counter not in connection.execute_wrappers:
+            connection.execute_wrappers.append(counter)
+
+    @task_postrun.connect(weak=False)
+    def _finish(task=None, retval=None, **_) -> None:
+        key = f"{task.name.rsplit('.', 1)[-1]}:{retval if isinstance(retval, str) else type(retval).__name__}"
+        store.hincrby(QUERY_COUNTS_KEY, f"{key}:tasks", 1)
+        store.hincrby(QUERY_COUNTS_KEY, f"{key}:queries", getattr(counts, "value", 0))
+
+
+if os.environ.get("AMUX_BENCH_COUNT_QUERIES") == "1":
+    _count_worker_queries()
+
+
+# --- setup -----------------------------------------------------------------------------------------------
+def _database() -> tuple[str, str]:
+    """(the bench database's URL, the server's admin URL): `<DATABASE_URL name>_bench_pipeline`, created empty."""
+    import environ
+    import psycopg
+
+    configured = os.environ.get("DATABASE_URL", "")
+    if not configured.startswith(("postgres://", "postgresql://")):
+        configured = "postgres://postgres@127.0.0.1:5432/amuxweb"
+    parsed = environ.Env.db_url_config(configured)
+    server = f"postgresql://{parsed['USER'] or 'postgres'}@{parsed['HOST'] or '127.0.0.1'}:{parsed['PORT'] or 5432}"
+    name = f"{parsed['NAME'] or 'amuxweb'}_bench_pipeline"
+    with psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=3) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return f"{server}/{name}".replace("postgresql://", "postgres://"), f"{server}/postgres"
+
+
+PREPARE = """
+import django, json, sys; django.setup()
+from django.core.management import call_command; call_command("migrate", verbosity=0)
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from agents.models import Bot, LLMModel, Provider, Thread
+from threadcontext.models import Workspace
+llm, bots, groups = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+user = get_user_model().objects.create(username="bench")
+token = Token.objects.create(user=user).key
+model = LLMModel.objects.create(provider=Provider.objects.create(name="stub", kind="openai_chat", base_url=llm,
+    api_key="k", max_retries=0), name="gpt-bench", context_window=32000)
+judge = LLMModel.objects.create(provider=Provider.objects.create(name="rules", kind="local_rules"), name="judge",
+    supports_tool_calls=True)
+out = {"token": token, "bots": [], "groups": []}
+for index in range(bots):
+    key = f"bench-key-{index}"
+    bot = Bot.objects.create(slug=f"bench-{index}", name=f"Bench {index}", owner=user, primary_model=model,
+        feishu_app_id=f"cli_bench_{index}", feishu_app_secret="s", feishu_encrypt_key=key,
+        feishu_verification_token=f"token-{index}", feishu_bot_open_id=f"ou_bench_{index}",
+        reply_format="text", receipt_emoji="", discuss_probe_mode="model", discuss_probe_model=judge,
+        probe_debounce_initial_ms=500, probe_debounce_max_ms=2000)
+    rest = Thread.objects.create(bot=bot, runtime_mode="chat", channel="rest", title="bench")
+    out["bots"].append({"slug": bot.slug, "app_id": bot.feishu_app_id, "key": key, "token": f"token-{index}",
+        "open_id": bot.feishu_bot_open_id, "rest_thread": rest.pk})
+for index in range(groups):
+    discuss = index % int(sys.argv[4]) == int(sys.argv[4]) - 1
+    Workspace.objects.create(bot_profile=f"bench-{index % bots}", chat_id=f"oc_bench_{index}", chat_mode="group",
+        group_message_type="chat", reply_mode="discuss" if discuss else "", is_created_automatically=True)
+    out["groups"].append({"chat_id": f"oc_bench_{index}", "bot": index % bots, "discuss": discuss})
+print(json.dumps(out))
+"""
+
+
+def _env(database_url: str, redis_url: str, feishu_url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "amuxweb.settings.base",
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "SECRET_KEY": "bench-pipeline-" + secrets.token_hex(16),
+        "DEBUG": "false",
+        "SECURE_SSL_REDIRECT": "false",
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "LOG_LEVEL": "WARNING",
+        "FEISHU_DOMAIN": feishu_url,
+        # Only this phase's messages: a purged phase's leftovers are never swept back into the next.
+        "FEISHU_SWEEP_PENDING_AFTER_SECONDS": "3600",
+    }
+
+
+def _spawn(command: list[str], env: dict, log_dir: Path, name: str, **extra) -> subprocess.Popen:
+    log = (log_dir / f"{name}.log").open("ab")  # a file, not a pipe: an unread pipe blocks the child once full
+    return subprocess.Popen(
+        command, cwd=ROOT, env={**env, **extra}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _stop(process: subprocess.Popen | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def _wait_for(predicate, what: str, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"{what} did not start within {seconds:.0f} s")
+
+
+# --- load (the second process) ---------------------------------------------------------------------------
+def _messages(setup: dict, rate: int, seconds: int, phase: str) -> list[dict]:
+    """The open-loop mix of one phase, signed and encrypted before the clock starts."""
+    from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+
+    mention_groups = [group for group in setup["groups"] if not group["discuss"]]
+    discuss_groups = [group for group in setup["groups"] if group["discuss"]]
+    opened: list[tuple[dict, str]] = []
+    items = []
+    for index in range(rate * seconds):
+        slot, message_id = index % 20, f"om_{phase}_{index}"
+        where: dict = {}
+        if slot < 10 or (slot < 13 and not opened):
+            kind, group = "mention", mention_groups[index % len(mention_groups)]
+        elif slot < 13:
+            kind, (group, root) = "topic", opened[index % len(opened)]
+            where = {"root_id": root, "parent_id": root, "thread_id": f"omt_{root}"}
+        elif slot < 16:
+            kind, group = "discuss", discuss_groups[index % len(discuss_groups)]
+        elif slot < 18:
+            kind, group = "dm", {"chat_id": f"oc_dm_{phase}_{index % 40}", "bot": index % BOTS}
+            where = {"chat_type": "p2p"}
+        else:
+            bot = setup["bots"][index % BOTS]
+            items.append(
+                {
+                    "kind": "rest",
+                    "id": message_id,
+                    "url": f"/api/v1/threads/{bot['rest_thread']}/messages/",
+                    "body": json.dumps({"content": f"rest question {index}"}),
+                    "headers": {"Authorization": f"Token {setup['token']}", "Content-Type": "application/json"},
+                }
+            )
+            continue
+        bot = setup["bots"][group["bot"]]
+        addressed = kind in ("mention", "topic")
+        payload = message_event_payload(
+            verification_token=bot["token"],
+            app_id=bot["app_id"],
+            message_id=message_id,
+            chat_id=group["chat_id"],
+            text=("@_user_1 " if addressed else "") + f"question {index} about the release",
+            sender_open_id=f"ou_user_{index % 30}",
+            mentions=[mention_entry(index=1, open_id=bot["open_id"], name="Bench")] if addressed else [],
+            **where,
+        )
+        signed = event_request_build(payload=payload, encrypt_key=bot["key"])
+        items.append(
+            {
+                "kind": kind,
+                "id": message_id,
+                "url": f"/feishu/webhook/{bot['slug']}/",
+                "body": signed.body.decode(),
+                "headers": signed.headers,
+            }
+        )
+        if kind == "mention":
+            opened.append((group, message_id))
+    return items
+
+
+def _load(base: str, setup_file: str, rate: int, seconds: int, phase: str, out_file: str) -> None:
+    """Child: offer the phase's messages at `rate`/s (open loop), record when each was posted and its status."""
+    import django
+
+    django.setup()
+    items = _messages(json.loads(Path(setup_file).read_text()), rate, seconds, phase)
+
+    def post(item: dict) -> dict:
+        request = urllib.request.Request(
+            base + item["url"], data=item["body"].encode(), headers=item["headers"], method="POST"
+        )
+        sent = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                response.read()
+                status = response.status
+        except urllib.error.HTTPError as error:
+            status = error.code
+        except OSError:
+            status = 0
+        return {"kind": item["kind"], "id": item["id"], "sent": sent, "ack": time.monotonic() - sent, "status": status}
+
+    started = time.monotonic()
+    futures = []
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        for index, item in enumerate(items):
+            delay = started + index / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(post, item))
+    Path(out_file).write_text(json.dumps({"started": started, "posts": [future.result() for future in futures]}))
+
+
+# --- measuring -------------------------------------------------------------------------------------------
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
+def _tree(pid: int) -> list[int]:
+    pids, index = [pid], 0
+    while index < len(pids):
+        for task in Path(f"/proc/{pids[index]}/task").glob("*"):
+            try:
+                pids += [int(child) for child in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        index += 1
+    return pids
+
+
+class Sampler(threading.Thread):
+    """Every second: queue depth and pending rows (the backlog), and each process's CPU time (last value seen)."""
+
+    def __init__(self, database_url: str, redis_url: str, groups: dict[str, list[subprocess.Popen]]) -> None:
+        super().__init__(daemon=True)
+        import psycopg
+        import redis
+        from django.conf import settings
+
+        self.db = psycopg.connect(database_url.replace("postgres://", "postgresql://"), autocommit=True)
+        self.redis = redis.Redis.from_url(redis_url)
+        self.queues = list(settings.CELERY_TASK_QUEUES)
+        self.groups = groups
+        self.cpu: dict[tuple[str, int], float] = {}
+        self.backlog: list[tuple[float, int, int]] = []  # (time, queue depth, pending rows)
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+
+    def sample(self) -> tuple[int, int]:
+        depth = sum(self.redis.llen(queue) for queue in self.queues)
+        rows = self.db.execute(
+            # One statement per partial or status index: the sampler's own reads walk no table.
+            "SELECT (SELECT count(*) FROM feishu_inboundevent WHERE status = 'pending')"
+            " + (SELECT count(*) FROM feishu_inboundevent WHERE status = 'processing')"
+            " + (SELECT count(*) FROM agents_turn WHERE status IN ('queued', 'running', 'replied'))"
+        ).fetchone()[0]
+        backends = [
+            row[0]
+            for row in self.db.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ]
+        with self.lock:
+            for group, processes in self.groups.items():
+                for process in processes:
+                    for pid in _tree(process.pid):
+                        self.cpu[(group, pid)] = _cpu_seconds(pid) or self.cpu.get((group, pid), 0.0)
+            for pid in backends:
+                self.cpu[("postgres", pid)] = _cpu_seconds(pid) or self.cpu.get(("postgres", pid), 0.0)
+            self.backlog.append((time.monotonic(), depth, rows))
+        return depth, rows
+
+    def cpu_by_group(self) -> dict[str, float]:
+        with self.lock:
+            totals: dict[str, float] = {}
+            for (group, _), seconds in self.cpu.items():
+                totals[group] = totals.get(group, 0.0) + seconds
+            return totals
+
+    def seq_scans(self) -> dict[str, int]:
+        rows = self.db.execute("SELECT relname, seq_scan FROM pg_stat_user_tables").fetchall()
+        return dict(rows)
+
+    def run(self) -> None:
+        while not self.stopping.wait(1.0):
+            self.sample()
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else float("nan")
+
+
+def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
+    sampler, redis_client = context["sampler"], context["sampler"].redis
+    redis_client.delete(QUERY_COUNTS_KEY)
+    cpu_before, scans_before = sampler.cpu_by_group(), sampler.seq_scans()
+    sampler.sample()
+    out_file = Path(context["tmp"], f"load_{phase}.json")
+    subprocess.run(
+        [sys.executable, "-m", "bench.bench_pipeline", "--load", context["base"], context["setup_file"]]
+        + [str(rate), str(seconds), phase, str(out_file)],
+        cwd=ROOT,
+        env=context["env"],
+        check=True,
+        timeout=seconds * 6 + 900,  # signing and encrypting every message first is slow on a busy machine
+    )
+    load = json.loads(out_file.read_text())
+    load_end = time.monotonic()
+    with sampler.lock:
+        during = [depth + rows for at, depth, rows in sampler.backlog if load["started"] <= at <= load_end]
+    drained_after = None
+    while time.monotonic() - load_end < DRAIN_SECONDS:
+        depth, rows = sampler.sample()
+        if depth + rows == 0:
+            drained_after = time.monotonic() - load_end
+            break
+        time.sleep(0.5)
+    time.sleep(1.5)  # the statistics collector and the last replies
+    sampler.sample()
+    cpu_after, scans_after = sampler.cpu_by_group(), sampler.seq_scans()
+    left = _purge(context)
+    counts = {key.decode(): int(value) for key, value in redis_client.hgetall(QUERY_COUNTS_KEY).items()}
+    posts = load["posts"]
+    return {
+        "rate": rate,
+        "posts": posts,
+        "elapsed": max(post["sent"] for post in posts) - load["started"],
+        "load_end": load_end,
+        "during": during,
+        "drained_after": drained_after,
+        "left": left,
+        "cpu": {group: cpu_after.get(group, 0.0) - cpu_before.get(group, 0.0) for group in cpu_after},
+        "scans": {t: scans_after.get(t, 0) - scans_before.get(t, 0) for t in scans_after},
+        "queries": counts,
+    }
+
+
+def _purge(context: dict) -> int:
+    """Drop what a phase left undone (empty queues, its rows finished), so the next phase starts from zero."""
+    sampler = context["sampler"]
+    for queue in sampler.queues:
+        sampler.redis.delete(queue)
+    left = sampler.db.execute(
+        "WITH events AS (UPDATE feishu_inboundevent SET status = 'failed', error = 'bench purge'"
+        " WHERE status IN ('pending', 'processing') RETURNING 1),"
+        " turns AS (UPDATE agents_turn SET status = 'failed', error = 'bench purge'"
+        " WHERE status IN ('queued', 'running', 'replied') RETURNING 1)"
+        " SELECT (SELECT count(*) FROM events) + (SELECT count(*) FROM turns)"
+    ).fetchone()[0]
+    sampler.db.execute("UPDATE feishu_discusswake SET status = 'done' WHERE status IN ('pending', 'running')")
+    return left
+
+
+def _report(result: dict, replies: dict[str, float], workers: int) -> str:
+    posts, rate = result["posts"], result["rate"]
+    count = len(posts)
+    expected = [post for post in posts if post["kind"] in ("mention", "topic", "dm")]
+    overheads = {
+        kind: [
+            replies[post["id"]] - post["sent"] - MODEL_LATENCY_SECONDS
+            for post in expected
+            if post["kind"] == kind and post["id"] in replies
+        ]
+        for kind in ("mention", "topic", "dm")
+    }
+    every = [value for values in overheads.values() for value in values]
+    answered = sum(len(values) for values in overheads.values())
+    within = sum(1 for post in expected if post["id"] in replies and replies[post["id"]] <= result["load_end"])
+    during = result["during"] or [0]
+    third = max(1, len(during) // 3)
+    growth = statistics.mean(during[-third:]) - statistics.mean(during[:third])
+    sustained = result["drained_after"] is not None and result["drained_after"] <= 5 and result["left"] == 0
+    cpu = "  ".join(f"{group} {1000 * seconds / count:.1f}" for group, seconds in sorted(result["cpu"].items()))
+    scans = {table: n for table, n in result["scans"].items() if n}
+    lines = [
+        f"{workers} worker(s) x {WORKER_THREADS} threads, offered {rate}/s for {result['elapsed']:.0f} s: "
+        f"{count} messages ({sum(1 for p in posts if p['status'] != 200 and p['status'] != 202)} non-2xx), "
+        f"{answered}/{len(expected)} replies at the stub ({within / max(result['elapsed'], 1):.1f}/s during the load)",
+        f"  backlog (queues + pending rows): max {max(during)}, last third minus first third {growth:+.0f}; "
+        + (f"drained {result['drained_after']:.1f} s after the load" if result["drained_after"] is not None else "")
+        + (f"NOT drained within {DRAIN_SECONDS} s ({result['left']} rows purged)" if result["left"] else "")
+        + f" -> {'sustained' if sustained else 'NOT sustained'}",
+        "  overhead (webhook -> reply at the stub - model latency) p50/p99 s: "
+        + "  ".join(
+            f"{kind} {statistics.median(values):.2f}/{_percentile(values, 0.99):.2f}"
+            for kind, values in overheads.items()
+            if values
+        )
+        + (f"  all {statistics.median(every):.2f}/{_percentile(every, 0.99):.2f}" if every else ""),
+        f"  webhook ack p50/p99 ms: {1000 * statistics.median(p['ack'] for p in posts):.0f}/"
+        f"{1000 * _percentile([p['ack'] for p in posts], 0.99):.0f};  CPU ms per message: {cpu}",
+        "  statements per task (outcome: tasks, per task): "
+        + "  ".join(
+            f"{key[: -len(':tasks')]}: {n}, {result['queries'].get(key[: -len(':tasks')] + ':queries', 0) / n:.1f}"
+            for key, n in sorted(result["queries"].items())
+            if key.endswith(":tasks")
+        ),
+        "  sequential scans per message: "
+        + ("  ".join(f"{table} {n / count:.2f}" for table, n in sorted(scans.items())) or "none"),
+    ]
+    return "\n".join(lines)
+
+
+def run() -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "amuxweb.settings.test")
+    django.setup()
+    import redis
+
+    rates = [int(value) for value in _flag("--rates", ",".join(map(str, RATES))).split(",")]
+    seconds = int(_flag("--seconds", str(PHASE_SECONDS)))
+    worker_sets = [int(value) for value in _flag("--workers", ",".join(map(str, WORKER_SETS))).split(",")]
+    redis_url = os.environ.get("REDIS_URL") or DEFAULT_REDIS
+    try:
+        redis.Redis.from_url(redis_url, socket_timeout=2).ping()
+        database_url, admin_url = _database()
+    except Exception as error:  # no server to measure against: say so, as the other benches do
+        print(f"skipped: needs PostgreSQL and Redis on 127.0.0.1 ({type(error).__name__}: {error})")
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
+    stubs = _spawn([sys.executable, "-m", "bench.bench_pipeline", "--stubs", str(tmp)], os.environ, tmp, "stubs")
+    processes: list[subprocess.Popen] = [stubs]
+    sampler = None
+    try:
+        _wait_for(lambda: Path(tmp, "ports.json").exists(), "the stubs")
+        ports = json.loads(Path(tmp, "ports.json").read_text())
+        env = _env(database_url, redis_url, ports["feishu"])
+        setup = subprocess.run(
+            [sys.executable, "-c", PREPARE, ports["llm"], str(BOTS), str(GROUPS), str(DISCUSS_EVERY)],
+            env=env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        setup_file = Path(tmp, "setup.json")
+        setup_file.write_text(setup.splitlines()[-1])
+        from django.conf import settings
+
+        redis.Redis.from_url(redis_url).delete(*settings.CELERY_TASK_QUEUES, QUERY_COUNTS_KEY)
+        port = 18000 + os.getpid() % 1000
+        base = f"http://127.0.0.1:{port}"
+        bin_dir = Path(sys.executable).parent
+        web = _spawn(
+            [str(bin_dir / "gunicorn"), "amuxweb.wsgi", "-w", "2", "-b", f"127.0.0.1:{port}", "--log-level", "warning"],
+            env,
+            tmp,
+            "web",
+        )
+        beat = _spawn(
+            [str(bin_dir / "celery"), "-A", "amuxweb", "beat", "--loglevel=WARNING", f"--schedule={tmp}/beat"],
+            env,
+            tmp,
+            "beat",
+        )
+        processes += [web, beat]
+
+        def ping() -> bool:
+            try:
+                with urllib.request.urlopen(f"{base}/feishu/ping/", timeout=5):
+                    return True
+            except OSError:
+                return False
+
+        _wait_for(ping, "gunicorn")
+        load = os.getloadavg()
+        print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cores)", flush=True)
+        for workers in worker_sets:
+            started = [
+                _spawn(
+                    [str(bin_dir / "celery"), "-A", "amuxweb", "worker", "--pool=threads"]
+                    + [f"--concurrency={WORKER_THREADS}", "--without-gossip", "--without-mingle"]
+                    + ["--loglevel=WARNING", f"--hostname=pipeline{index}-{os.getpid()}@%h"]
+                    + ["--include=bench.bench_pipeline"],
+                    env,
+                    tmp,
+                    f"worker{workers}_{index}",
+                    AMUX_BENCH_COUNT_QUERIES="1",
+                    AMUX_BENCH_READY_FILE=str(tmp / f"ready{workers}_{index}"),
+                )
+                for index in range(workers)
+            ]
+            processes += started
+            _wait_for(
+                lambda workers=workers: all(Path(tmp, f"ready{workers}_{i}").exists() for i in range(workers)),
+                "the workers",
+                seconds=180,
+            )
+            if sampler is not None:
+                sampler.stopping.set()
+            sampler = Sampler(database_url, redis_url, {"web": [web], "worker": started})
+            sampler.start()
+            context = {"sampler": sampler, "base": base, "setup_file": str(setup_file), "env": env, "tmp": tmp}
+            # Not reported: every process imports its SDKs and opens its connections on its first messages.
+            _phase(context, WARMUP_RATE, WARMUP_SECONDS, f"w{workers}warm")
+            for rate in rates:
+                result = _phase(context, rate, seconds, f"w{workers}r{rate}")
+                answers = _replies(tmp, stubs)
+                load = os.getloadavg()
+                print(_report(result, answers["replies"], workers), flush=True)
+                print(f"  load average now {load[0]:.1f}; model calls so far {answers['llm_calls']}", flush=True)
+            for process in started:
+                _stop(process)
+    finally:
+        if sampler is not None:
+            sampler.stopping.set()
+        for process in reversed(processes):
+            _stop(process)
+        for log in sorted(tmp.glob("*.log")):
+            text = log.read_text(errors="replace")
+            if "Traceback" in text:
+                print(f"errors in {log.name}:\n{text[-2500:]}")
+        import psycopg
+
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{database_url.rsplit("/", 1)[1]}" WITH (FORCE)')
+        redis.Redis.from_url(redis_url).delete(QUERY_COUNTS_KEY)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--stubs"]:
+        _serve_stubs(sys.argv[2])
+    elif sys.argv[1:2] == ["--load"]:
+        _load(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7])
+    else:
+        run()
