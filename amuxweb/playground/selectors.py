@@ -41,12 +41,22 @@ def gate_summary(*, judgement: ProbeJudgement | None, wake: DiscussWake | None) 
     if judgement is None:
         if wake is None:
             return None
-        return {"decision": "pending", "label": _("waiting for the probe"), "cause": "", "reason": "", "url": ""}
+        return {
+            "decision": "pending",
+            "label": _("waiting for the probe"),
+            "cause": "",
+            "outcome": "",
+            "outcome_label": "",
+            "reason": "",
+            "url": "",
+        }
     speaks = judgement.activated
     return {
         "decision": "speak" if speaks else "silent",
         "label": _("speak") if speaks else _("stay silent"),
         "cause": judgement.cause,
+        "outcome": judgement.outcome,
+        "outcome_label": judgement.get_outcome_display(),
         "reason": judgement.reason,
         "url": _admin_url("probe_probejudgement_change", judgement.pk),
     }
