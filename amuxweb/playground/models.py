@@ -58,9 +58,7 @@ class PlaygroundMember(models.Model):
     sandbox_bot = models.ForeignKey(
         "agents.Bot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
     )
-    reply_mode = models.CharField(
-        _("reply mode"), max_length=16, choices=ReplyMode.choices, default=ReplyMode.MENTION
-    )
+    reply_mode = models.CharField(_("reply mode"), max_length=16, choices=ReplyMode.choices, default=ReplyMode.MENTION)
 
     class Meta:
         verbose_name = _("bot in the group")

@@ -61,7 +61,9 @@ def post(request: HttpRequest, *, group_id: int) -> JsonResponse:
     if not isinstance(data, dict):
         return JsonResponse({"message": _("The request is not a JSON object.")}, status=400)
     mentions = data.get("mentions") or []
-    if not isinstance(mentions, list) or not all(isinstance(item, int) and not isinstance(item, bool) for item in mentions):
+    if not isinstance(mentions, list) or not all(
+        isinstance(item, int) and not isinstance(item, bool) for item in mentions
+    ):
         return JsonResponse({"message": _("mentions must be a list of bot ids.")}, status=400)
     sender, text, root = data.get("sender"), data.get("text"), data.get("root_message_id") or ""
     if not isinstance(sender, str) or not isinstance(text, str) or not isinstance(root, str):

@@ -40,7 +40,10 @@ def send(page, *, sender: str, text: str, mention: str = "") -> None:
 
 
 def test_the_playground_shows_a_reply_and_a_gate_decision_beside_each_message(
-    console_page, operator, discuss_group, feishu_stub  # noqa: F811
+    console_page,
+    operator,
+    discuss_group,
+    feishu_stub,  # noqa: F811
 ):
     # given: the operator reaches the playground from the admin index
     console_page.log_in(username="operator", password=ADMIN_PASSWORD)

@@ -18,7 +18,6 @@ from amuxweb.playground.models import PlaygroundGroup, PlaygroundMember, Playgro
 from amuxweb.playground.services import playground_members_sync
 from probe.models import ProbeJudgement
 from tests.agents.factories import LLMModelFactory
-from tests.feishu.conftest import feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
 from threadcontext.models import Workspace
 
 pytestmark = pytest.mark.django_db
@@ -70,7 +69,12 @@ def test_an_at_mention_is_answered_through_the_real_pipeline_and_shown_with_its_
 
     # when
     response = post(
-        admin_client, group, django_capture_on_commit_callbacks, sender="Alice", text="draft a plan", mentions=[coder.pk]
+        admin_client,
+        group,
+        django_capture_on_commit_callbacks,
+        sender="Alice",
+        text="draft a plan",
+        mentions=[coder.pk],
     )
 
     # then: every stand-in received the signed event; the coder's turn answered and was recorded, not sent
@@ -185,7 +189,9 @@ def test_a_stand_in_follows_its_hub_bot_and_each_group_keeps_its_own_reply_mode(
 )
 def test_bad_input_gets_a_clear_4xx_and_writes_nothing(admin_client, group, body, status):
     # when
-    response = admin_client.post(reverse("admin:playground_post", args=[group.pk]), data=body, content_type="application/json")
+    response = admin_client.post(
+        reverse("admin:playground_post", args=[group.pk]), data=body, content_type="application/json"
+    )
 
     # then
     assert response.status_code == status

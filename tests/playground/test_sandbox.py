@@ -10,7 +10,6 @@ from amuxweb.feishu.models import SandboxCall
 from amuxweb.feishu.outbound.cards import markdown_card
 from amuxweb.feishu.sandbox import SANDBOX_CARD_PREFIX, SANDBOX_MESSAGE_PREFIX, SANDBOX_REACTION_PREFIX
 from amuxweb.playground.models import CHAT_ID_PREFIX, MESSAGE_ID_PREFIX
-from tests.feishu.conftest import feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
 
@@ -29,9 +28,7 @@ def no_http(monkeypatch):
     return sent
 
 
-def test_every_call_of_a_sandbox_bot_is_answered_and_recorded_on_this_machine(
-    make_feishu_bot, feishu_stub, no_http
-):
+def test_every_call_of_a_sandbox_bot_is_answered_and_recorded_on_this_machine(make_feishu_bot, feishu_stub, no_http):
     # given: a sandbox bot, even one whose fields hold what look like real Feishu credentials
     bot = make_feishu_bot(slug="sandboxed", is_sandbox=True)
     source = MESSAGE_ID_PREFIX + "abc"
