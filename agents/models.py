@@ -159,6 +159,7 @@ class Bot(models.Model):
     # sandbox transport (amuxweb/feishu/sandbox.py) and it never holds a Feishu app secret, so nothing it says can
     # reach Feishu and no real chat's message can reach it.
     is_sandbox = models.BooleanField(
+        _("playground stand-in"),
         default=False,
         editable=False,
         help_text=_("A playground stand-in: its Feishu calls are recorded on this machine, never sent."),

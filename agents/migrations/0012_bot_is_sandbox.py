@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='bot',
             name='is_sandbox',
-            field=models.BooleanField(default=False, editable=False, help_text='A playground stand-in: its Feishu calls are recorded on this machine, never sent.'),
+            field=models.BooleanField(default=False, editable=False, verbose_name='playground stand-in', help_text='A playground stand-in: its Feishu calls are recorded on this machine, never sent.'),
         ),
     ]
