@@ -243,3 +243,41 @@ def test_the_admin_creates_a_group_with_its_bots_and_opens_its_page(admin_client
     workspace = Workspace.objects.get(bot_profile="playground-planner", chat_id=group.chat_id)
     assert workspace.is_topic_chat
     assert group.chat_id.startswith("oc_playground_")
+
+
+def test_in_a_topic_group_an_at_mention_inside_a_topic_gets_the_topic_root_as_context(
+    admin_client, hub_bots, django_capture_on_commit_callbacks
+):
+    # given: a topic group, and a topic Alice opened without addressing anyone
+    _, coder = hub_bots
+    group = PlaygroundGroup.objects.create(name="Topics", kind=PlaygroundGroup.Kind.TOPIC)
+    PlaygroundMember.objects.create(group=group, bot=coder, reply_mode=PlaygroundMember.ReplyMode.MENTION)
+    root = post(
+        admin_client, group, django_capture_on_commit_callbacks, sender="Alice", text="Snake game for the offsite"
+    )
+    root_id = root.json()["message_id"]
+
+    # when: Bob @-mentions the coder inside that topic
+    reply = post(
+        admin_client,
+        group,
+        django_capture_on_commit_callbacks,
+        sender="Bob",
+        text="draft a plan",
+        mentions=[coder.pk],
+        root_message_id=root_id,
+    )
+
+    # then: the turn answered in the topic, its prompt held the topic root; the echo is only Bob's request
+    assert reply.status_code == 201
+    turn = Turn.objects.get(bot__slug="playground-coder", source_message_id=reply.json()["message_id"])
+    assert "Snake game for the offsite" in turn.user_message.prompt
+    assert turn.reply_message.content.endswith("you said: draft a plan")
+    delivery = OutboundDelivery.objects.get(turn=turn)
+    assert (delivery.status, delivery.reply_in_thread, delivery.reply_to_message_id) == (
+        "recorded",
+        True,
+        reply.json()["message_id"],
+    )
+    shown = state(admin_client, group)["messages"]
+    assert [message["root_message_id"] for message in shown] == ["", root_id]
