@@ -3,8 +3,10 @@ embedded default queues tasks to a broker that needs no server (eager mode is fo
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from django.conf import settings
@@ -100,3 +102,6 @@ def test_the_embedded_broker_carries_a_message_through_its_sqlite_file(tmp_path,
         assert connection.transport.polling_interval == 0.05
         queue.close()
     assert broker.exists()
+    # in WAL mode: an idle poll (a write transaction) and a publish never wait for a journal file's syncs
+    with closing(sqlite3.connect(broker)) as database:
+        assert database.execute("PRAGMA journal_mode").fetchone() == ("wal",)

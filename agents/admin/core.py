@@ -254,7 +254,20 @@ class BotAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Feishu replies", {"fields": ["reply_format", "receipt_emoji", "failure_emoji"]}),
+        (
+            _("Feishu replies"),
+            {
+                "fields": ["reply_format", "receipt_emoji", "failure_emoji"],
+                "description": _(
+                    "Markdown card: the answer is written into a card while the model streams, and its headings, "
+                    "lists, tables and code render; choose it for most bots. Plain text: one text message per "
+                    "answer, for short plain answers. The receipt emoji is added to an @-mention, a reply to the "
+                    "bot or a DM when its turn starts and removed when the answer is there; the failure emoji "
+                    "replaces it when the turn fails. Both take a Feishu emoji_type such as OnIt, CrossMark, "
+                    "THUMBSUP or DONE; leave one empty for no reaction."
+                ),
+            },
+        ),
     ]
 
     readonly_fields = ["feishu_connection_state"]

@@ -106,6 +106,7 @@ class FetchedMessage:
     parent_id: str = ""
     thread_id: str = ""
     mentions: list[dict[str, Any]] = field(default_factory=list)
+    upper_message_id: str = ""  # a merge_forward's child: the forward it belongs to
 
 
 @dataclass(frozen=True)
@@ -419,13 +420,24 @@ def message_resource_get(
     return result.resource
 
 
-def message_get(*, bot: Bot, message_id: str, sleep: Callable[[float], None] | None = None) -> FetchedMessage:
+def message_items_get(
+    *, bot: Bot, message_id: str, sleep: Callable[[float], None] | None = None
+) -> list[FetchedMessage]:
+    """Every item im.v1.message.get answers: the message itself, then, for a merge_forward, its children (each
+    with `upper_message_id`, reference doc §4.5)."""
     request = GetMessageRequest.builder().message_id(message_id).build()
     response = feishu_call(bot=bot, operation="message.get", call=lambda c: c.im.v1.message.get(request), sleep=sleep)
     items = response.data.items or []
     if not items:
         raise FeishuApiError("message not found", code=230110)
-    item = items[0]
+    return [_fetched(item, message_id=message_id) for item in items]
+
+
+def message_get(*, bot: Bot, message_id: str, sleep: Callable[[float], None] | None = None) -> FetchedMessage:
+    return message_items_get(bot=bot, message_id=message_id, sleep=sleep)[0]
+
+
+def _fetched(item: Any, *, message_id: str) -> FetchedMessage:
     try:
         content = json.loads(item.body.content) if item.body and item.body.content else {}
     except ValueError:
@@ -441,6 +453,7 @@ def message_get(*, bot: Bot, message_id: str, sleep: Callable[[float], None] | N
         parent_id=item.parent_id or "",
         thread_id=item.thread_id or "",
         mentions=[{"key": m.key, "id": m.id, "name": m.name} for m in (item.mentions or [])],
+        upper_message_id=item.upper_message_id or "",
     )
 
 

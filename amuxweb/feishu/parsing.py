@@ -3,6 +3,16 @@
 Feishu's shapes (reference doc §2): `content` is a JSON string; text messages carry `{"text": ...}` with
 mention keys like `@_user_1`; rich text `post` carries `{"title", "content": [[{tag, ...}, ...], ...]}`,
 sometimes under a locale key. Mention ids are objects in events and strings in API responses.
+
+Every message becomes text plus a list of attachment references (G7): `image` `{"image_key"}`, `file`
+`{"file_key", "file_name"}`, `img`/`media` tags inside a post, `audio` `{"file_key", "duration"}`, `media`
+(video) `{"file_key", "image_key", "file_name", "duration"}`, `sticker` `{"file_key"}`. The text holds a label
+where each attachment was (`[image]`, `[file: report.pdf]`): that label, never a body, is what thread context
+and the probe judge see (seed 002); the turn downloads the bytes (amuxweb.feishu.attachments). `merge_forward`
+is a label (its children are read online at turn time); `interactive` is the card's text. Other types are a
+label naming the type. lark_oapi.channel.normalize parses the same shapes, but its converters render keys into
+the text (`![image](img_v3_...)`) and its post flattener drops mention keys, which the collector needs (C4): the
+hub keeps its own walk and uses the SDK's CardKit walk only for v2 card JSON (`card_text`).
 """
 
 import json
@@ -24,6 +34,76 @@ class Mention:
     name: str
 
 
+# Attachment kinds; `resource_type` is what im.v1.message_resource.get's `type` wants for each.
+ATTACHMENT_IMAGE = "image"
+ATTACHMENT_FILE = "file"
+ATTACHMENT_AUDIO = "audio"
+ATTACHMENT_VIDEO = "video"
+ATTACHMENT_STICKER = "sticker"
+ATTACHMENT_FORWARD = "forward"  # a merge_forward: its children are messages, read with im.v1.message.get
+DOWNLOADABLE_KINDS = frozenset({ATTACHMENT_IMAGE, ATTACHMENT_FILE})
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A reference to a message's resource: never its bytes."""
+
+    kind: str
+    key: str  # image_key or file_key ("" for a forward)
+    name: str = ""
+    size: int | None = None  # bytes, when known
+    duration_ms: int | None = None
+
+    @property
+    def resource_type(self) -> str:
+        return "image" if self.kind == ATTACHMENT_IMAGE else "file"
+
+    def label(self, note: str = "") -> str:
+        return attachment_label(kind=self.kind, name=self.name, size=self.size, note=note, duration_ms=self.duration_ms)
+
+
+KIND_WORDS = {
+    ATTACHMENT_IMAGE: "image",
+    ATTACHMENT_FILE: "file",
+    ATTACHMENT_AUDIO: "audio",
+    ATTACHMENT_VIDEO: "video",
+    ATTACHMENT_STICKER: "sticker",
+    ATTACHMENT_FORWARD: "forwarded messages",
+}
+
+
+def size_text(size: int) -> str:
+    """120 KB, 3.4 MB, 512 bytes: how a label states a size."""
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.0f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def attachment_label(
+    *, kind: str, name: str = "", size: int | None = None, note: str = "", duration_ms: int | None = None
+) -> str:
+    """`[image]`, `[file: report.pdf, 120 KB]`, `[audio: 12 s]`, `[image: a.png, 9.0 MB: not sent, too large]`."""
+    details = [part for part in (name.replace("]", ")").strip(),) if part]
+    if size is not None:
+        details.append(size_text(size))
+    if duration_ms:
+        details.append(f"{round(duration_ms / 1000)} s")
+    text = KIND_WORDS.get(kind, kind)
+    if details:
+        text += ": " + ", ".join(details)
+    if note:
+        text += f" ({note})"
+    return f"[{text}]"
+
+
+@dataclass(frozen=True)
+class MessageContent:
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+
+
 @dataclass(frozen=True)
 class ParsedMessage:
     message_id: str
@@ -41,6 +121,7 @@ class ParsedMessage:
     # G1: whether every message of this chat is a topic (chat.get); None when the hub could not tell (no Feishu
     # credentials, chat.get failed): then each top-level message stays its own topic, as before G1.
     chat_is_topic: bool | None = None
+    attachments: tuple[Attachment, ...] = ()
 
     @property
     def is_main_timeline(self) -> bool:
@@ -83,14 +164,26 @@ class ParsedMessage:
         return " ".join(text.split())
 
 
-def _post_text(content: dict[str, Any]) -> str:
-    body = content
-    if "content" not in body:  # localised: {"zh_cn": {"title", "content"}}
-        for value in content.values():
-            if isinstance(value, dict) and "content" in value:
-                body = value
-                break
+def _post_body(content: dict[str, Any]) -> dict[str, Any]:
+    if "content" in content:
+        return content
+    for value in content.values():  # localised: {"zh_cn": {"title", "content"}}
+        if isinstance(value, dict) and "content" in value:
+            return value
+    return content
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and value != "" else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _post_content(content: dict[str, Any]) -> MessageContent:
+    body = _post_body(content)
     lines: list[str] = []
+    attachments: list[Attachment] = []
     title = body.get("title")
     if isinstance(title, str) and title.strip():
         lines.append(title.strip())
@@ -111,23 +204,97 @@ def _post_text(content: dict[str, Any]) -> str:
                     parts.append(user_id if user_id.startswith("@_") else "@" + str(element.get("user_name", "")))
                 elif tag == "emotion":
                     parts.append(f":{element.get('emoji_type', '')}:")
+                elif tag == "img" and isinstance(element.get("image_key"), str) and element["image_key"]:
+                    attachment = Attachment(kind=ATTACHMENT_IMAGE, key=element["image_key"])
+                    attachments.append(attachment)
+                    parts.append(attachment.label())
+                elif tag == "media" and isinstance(element.get("file_key"), str) and element["file_key"]:
+                    attachment = Attachment(
+                        kind=ATTACHMENT_VIDEO,
+                        key=element["file_key"],
+                        duration_ms=_int_or_none(element.get("duration")),
+                    )
+                    attachments.append(attachment)
+                    parts.append(attachment.label())
             lines.append("".join(parts))
-    return "\n".join(line for line in lines if line.strip())
+    return MessageContent(text="\n".join(line for line in lines if line.strip()), attachments=tuple(attachments))
+
+
+def _card_elements_text(elements: Any) -> list[str]:
+    """A card as message events and message.get show it: `{"title", "elements": [[{tag, text}, ...], ...]}`."""
+    lines: list[str] = []
+    for row in elements if isinstance(elements, list) else []:
+        row = row if isinstance(row, list) else [row]
+        parts = [
+            str(element.get("text") or element.get("content") or "")
+            for element in row
+            if isinstance(element, dict)
+            and element.get("tag") in ("text", "a", "md", "markdown", "plain_text", "lark_md")
+        ]
+        line = "".join(parts).strip()
+        if line:
+            lines.append(line)
+    return lines
+
+
+def card_text(content: dict[str, Any]) -> str:
+    """The readable text of an `interactive` message: the title and text elements of the simplified card Feishu
+    puts in events, or the markdown and plain-text leaves of a CardKit 2.0 card JSON (the SDK's walk)."""
+    lines: list[str] = []
+    title = content.get("title")
+    if isinstance(title, str) and title.strip():
+        lines.append(title.strip())
+    elif isinstance(title, dict) and isinstance(title.get("content"), str):
+        lines.append(title["content"].strip())
+    if isinstance(content.get("text"), str) and content["text"].strip():
+        lines.append(content["text"].strip())
+    lines.extend(_card_elements_text(content.get("elements")))
+    if "schema" in content or "body" in content or "header" in content:
+        # Lazy: lark_oapi.channel loads the SDK's whole channel layer; only a CardKit JSON card needs its walk.
+        from lark_oapi.channel.normalize.converters import interactive as sdk_card_converter
+        from lark_oapi.channel.types import InteractiveContent
+
+        walked, _ = sdk_card_converter.convert(InteractiveContent(card=content))
+        if walked and walked != "[interactive]":
+            lines.extend(line for line in walked.split("\n") if line.strip() and line.strip() not in lines)
+    return "\n".join(lines)
+
+
+def message_content_parse(*, message_type: str, content: dict[str, Any]) -> MessageContent:
+    """Text (with a label where each attachment was) and the attachment references of one message's content."""
+    if message_type == "text":
+        text = content.get("text")
+        return MessageContent(text=text if isinstance(text, str) else "")
+    if message_type == "post":
+        return _post_content(content)
+    if message_type == "interactive":
+        # Cards: the text we can read; "" lets the caller fall back to the local agent_output item (C7).
+        return MessageContent(text=card_text(content))
+    key = content.get("image_key") if message_type == "image" else content.get("file_key")
+    key = key if isinstance(key, str) else ""
+    name = content.get("file_name") if isinstance(content.get("file_name"), str) else ""
+    duration_ms = _int_or_none(content.get("duration"))
+    kind = {
+        "image": ATTACHMENT_IMAGE,
+        "file": ATTACHMENT_FILE,
+        "audio": ATTACHMENT_AUDIO,
+        "media": ATTACHMENT_VIDEO,
+        "sticker": ATTACHMENT_STICKER,
+    }.get(message_type)
+    if kind is not None:
+        attachment = Attachment(kind=kind, key=key, name=name, duration_ms=duration_ms)
+        return MessageContent(text=attachment.label(), attachments=(attachment,) if key else ())
+    if message_type == "merge_forward":
+        attachment = Attachment(kind=ATTACHMENT_FORWARD, key="")
+        return MessageContent(text=attachment.label(), attachments=(attachment,))
+    if not message_type:
+        return MessageContent(text="")
+    return MessageContent(text=f"[{message_type.replace(']', ')')} message]")  # a labelled placeholder
 
 
 def content_text(*, message_type: str, content: dict[str, Any]) -> str:
-    """The plain text of a message's content; "" for types without text (images, files, stickers)."""
-    if message_type == "text":
-        text = content.get("text")
-        return text if isinstance(text, str) else ""
-    if message_type == "post":
-        return _post_text(content)
-    if message_type == "interactive":
-        # Cards: only inline text we can read; the caller falls back to the local agent_output item (C7).
-        for key in ("text", "title"):
-            if isinstance(content.get(key), str):
-                return content[key]
-    return ""
+    """The plain text of a message's content, a label where each attachment was."""
+    return message_content_parse(message_type=message_type, content=content).text
 
 
 def _open_id(value: Any) -> str:
@@ -157,6 +324,7 @@ def message_parse(payload: dict[str, Any]) -> ParsedMessage | None:
         content = {}
     if not isinstance(content, dict):
         content = {}
+    parsed_content = message_content_parse(message_type=message_type, content=content)
     mentions = tuple(
         Mention(key=str(item.get("key", "")), open_id=_open_id(item.get("id")), name=str(item.get("name", "")))
         for item in (message.get("mentions") or [])
@@ -173,7 +341,7 @@ def message_parse(payload: dict[str, Any]) -> ParsedMessage | None:
         chat_id=chat_id,
         chat_type=str(message.get("chat_type") or ""),
         message_type=message_type,
-        text=content_text(message_type=message_type, content=content),
+        text=parsed_content.text,
         sender_open_id=_open_id(sender.get("sender_id")),
         sender_type=str(sender.get("sender_type") or ""),
         root_id=str(message.get("root_id") or ""),
@@ -182,6 +350,7 @@ def message_parse(payload: dict[str, Any]) -> ParsedMessage | None:
         mentions=mentions,
         create_time_ms=create_time_ms,
         chat_is_topic=chat_is_topic if isinstance(chat_is_topic, bool) else None,
+        attachments=parsed_content.attachments,
     )
 
 

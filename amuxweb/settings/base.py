@@ -304,6 +304,28 @@ FEISHU_SEND_BUDGET_RATIO = 0.9
 FEISHU_STREAM_UPDATE_INTERVAL_MS = env.int("FEISHU_STREAM_UPDATE_INTERVAL_MS", default=300)
 FEISHU_STREAM_UPDATE_CHARS = 200
 FEISHU_STREAM_CARD_SECONDS = 9 * 60
+# Images and files of a message (G7), downloaded at turn time and never stored. An image goes to a vision model
+# when it is at most FEISHU_ATTACHMENT_IMAGE_MAX_BYTES (Anthropic's limit per image is 5 MB) and of an allowed
+# type (read from its first bytes), at most FEISHU_ATTACHMENT_MAX_IMAGES per message. A file whose extension is
+# listed is read up to FEISHU_ATTACHMENT_TEXT_MAX_BYTES and inlined as untrusted text, at most
+# FEISHU_ATTACHMENT_TEXT_MAX_CHARS per turn (and never more than a quarter of the model's window); any other
+# file reaches the model as a label with its name and size. A forward inlines at most
+# FEISHU_ATTACHMENT_FORWARD_MAX_MESSAGES of its messages.
+FEISHU_ATTACHMENT_IMAGE_MAX_BYTES = env.int("FEISHU_ATTACHMENT_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
+FEISHU_ATTACHMENT_IMAGE_TYPES = env.list(
+    "FEISHU_ATTACHMENT_IMAGE_TYPES", default=["image/png", "image/jpeg", "image/gif", "image/webp"]
+)
+FEISHU_ATTACHMENT_MAX_IMAGES = env.int("FEISHU_ATTACHMENT_MAX_IMAGES", default=4)
+FEISHU_ATTACHMENT_TEXT_MAX_BYTES = env.int("FEISHU_ATTACHMENT_TEXT_MAX_BYTES", default=256 * 1024)
+FEISHU_ATTACHMENT_TEXT_MAX_CHARS = env.int("FEISHU_ATTACHMENT_TEXT_MAX_CHARS", default=20000)
+FEISHU_ATTACHMENT_TEXT_EXTENSIONS = env.list(
+    "FEISHU_ATTACHMENT_TEXT_EXTENSIONS",
+    default=(
+        "txt md markdown csv tsv json jsonl yaml yml toml ini cfg conf log xml html css sql sh py js ts tsx jsx go "
+        "rs java kt c h cc cpp hpp cs rb php swift scala lua r m diff patch"
+    ).split(),
+)
+FEISHU_ATTACHMENT_FORWARD_MAX_MESSAGES = env.int("FEISHU_ATTACHMENT_FORWARD_MAX_MESSAGES", default=50)
 CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}
 # F2 needs inbound events past Feishu's 7.1 h retry window; they are kept 30 days, then pruned daily.
 CELERY_BEAT_SCHEDULE["feishu-bridge-prune"] = {

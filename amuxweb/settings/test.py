@@ -18,7 +18,9 @@ if not REDIS_URL:
     CELERY_BROKER_URL = "memory://"  # hermetic: eager tasks never touch the embedded broker's file
     CELERY_BROKER_TRANSPORT = None
 CELERY_TASK_EAGER_PROPAGATES = True
-FEISHU_DOMAIN = "http://127.0.0.1:9"  # nothing listens: a test that forgets its stub server fails loudly
+# Nothing listens there: a test that forgets its stub server fails loudly. A real worker started by a test is
+# pointed at that test's stub through AMUX_TEST_FEISHU_DOMAIN.
+FEISHU_DOMAIN = os.environ.get("AMUX_TEST_FEISHU_DOMAIN", "http://127.0.0.1:9")
 AMUX_DISCUSS_WAKE_TIMER = False  # tests fire discuss wakes explicitly (an injected clock), never from a thread
 AMUX_LOCAL_RULES_STREAM_DELAY_MS = 0  # local_rules streams at once in tests
 

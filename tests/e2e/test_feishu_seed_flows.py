@@ -2,8 +2,6 @@
 the agent turn on the offline `local_rules` model, and delivery through the real lark-oapi client to the local
 Feishu. Each group message reaches every bot app in the chat, as Feishu pushes it to each subscribed app."""
 
-import json
-
 import pytest
 from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
@@ -49,7 +47,7 @@ def turn_of(bot, message_id) -> Turn:
 
 
 def sent_texts(stub, bot) -> list[str]:
-    return [json.loads(sent["content"])["text"] for sent in stub.sent if sent["app_id"] == bot.feishu_app_id]
+    return stub.sent_texts(app_id=bot.feishu_app_id)
 
 
 def test_c5_planner_then_coder_gets_the_plan(feishu, team):

@@ -35,7 +35,10 @@ def ws_stub(settings):
 
 @pytest.fixture
 def long_connection_bot(make_feishu_bot, ws_stub):
-    bot = make_feishu_bot(name="Planner", feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION)
+    # Plain replies, no receipt: these tests count intake and replies, one Feishu call per answer.
+    bot = make_feishu_bot(
+        name="Planner", feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION, reply_format="text", receipt_emoji=""
+    )
     ws_stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
     return bot
 

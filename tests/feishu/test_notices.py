@@ -4,7 +4,6 @@ These tests use a transactional database (no wrapping test transaction), so `in_
 of each Feishu call says whether the bridge itself held a transaction open across the HTTP call.
 """
 
-import json
 from datetime import timedelta
 
 import pytest
@@ -37,7 +36,7 @@ def feishu_calls(mocker) -> list[tuple[str, bool]]:
 
 
 def _sent_texts(stub) -> list[str]:
-    return [json.loads(sent["content"])["text"] for sent in stub.sent]
+    return stub.sent_texts()
 
 
 def test_f6_help_notice_and_bot_info_lookup_run_outside_transactions(feishu, make_feishu_bot, feishu_calls):

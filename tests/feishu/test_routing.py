@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _sent_texts(stub) -> list[str]:
-    return [json.loads(sent["content"])["text"] for sent in stub.sent]
+    return stub.sent_texts()
 
 
 def test_parse_rich_text_post_in_a_topic(make_feishu_bot):

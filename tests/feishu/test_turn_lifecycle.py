@@ -36,7 +36,7 @@ def no_sleep(mocker):
 
 
 def sent_texts(stub) -> list[str]:
-    return [json.loads(sent["content"])["text"] for sent in stub.sent]
+    return stub.sent_texts()
 
 
 def ago(seconds: float):
@@ -44,8 +44,9 @@ def ago(seconds: float):
 
 
 def test_l1_a_feishu_reply_is_delivered_only_once_feishu_took_it_after_a_5xx_retry(feishu, make_feishu_bot):
-    # given: Feishu answers the first reply with a 500
-    bot = make_feishu_bot()
+    # given: Feishu answers the first reply with a 500 (a text bot: the reply is only sent once the turn delivers;
+    # the streaming card's own retries are in test_reply_streaming)
+    bot = make_feishu_bot(reply_format="text")
     feishu.stub.fail_next("reply", status=500, code=1, msg="internal error")
     # when
     feishu.say(bot, text="hello", mention=[bot], message_id="om_q", chat_type="p2p", chat_id="oc_dm")
@@ -59,8 +60,8 @@ def test_l1_a_feishu_reply_is_delivered_only_once_feishu_took_it_after_a_5xx_ret
 
 
 def test_l2_a_delivery_that_keeps_failing_ends_delivery_failed_and_the_chat_hears_one_line(feishu, make_feishu_bot):
-    # given: Feishu refuses every reply attempt with a 503, then recovers
-    bot = make_feishu_bot()
+    # given: Feishu refuses every reply attempt with a 503, then recovers (a text bot, as above)
+    bot = make_feishu_bot(reply_format="text")
     feishu.stub.fail_next("reply", status=503, code=1, msg="unavailable", times=DELIVERY_MAX_ATTEMPTS)
     # when
     feishu.say(bot, text="hello", mention=[bot], message_id="om_q", chat_type="p2p", chat_id="oc_dm")
@@ -87,17 +88,21 @@ def test_l2_a_replied_turn_left_undelivered_is_resumed_by_the_sweeper_with_the_s
         feishu.say(bot, text="hello", mention=[bot], message_id="om_q", chat_type="p2p", chat_id="oc_dm")
     mocker.stop(crash)
     turn = Turn.objects.get()
-    assert (turn.status, feishu.stub.sent) == ("replied", [])
+    [card_reply] = feishu.stub.sent  # the streaming card, posted while the model wrote; not finished
+    assert (turn.status, card_reply["msg_type"]) == ("replied", "interactive")
+    assert feishu.stub.cards[turn.channel_state["stream"]["card_id"]]["streaming"] is True
     # when: the sweeper runs before, then after the resume interval
     early = turns_sweep()
     Turn.objects.filter(pk=turn.pk).update(replied_at=ago(600), claimed_at=ago(600), enqueued_at=ago(600))
     with TestCase.captureOnCommitCallbacks(execute=True):
         late = turns_sweep()
-    # then: delivered once, no second model call, the uuid of the turn's chunk
+    # then: delivered once, no second model call, the same card finished with the whole reply
     turn.refresh_from_db()
     assert (early, late, turn.status, turn.attempts) == (0, 1, "delivered", 1)
     assert sent_texts(feishu.stub) == [ECHO + "hello"]
-    assert feishu.stub.sent[0]["uuid"] == OutboundDelivery.objects.get(turn=turn).uuid
+    assert feishu.stub.sent == [card_reply]
+    assert feishu.stub.cards[turn.channel_state["stream"]["card_id"]]["streaming"] is False
+    assert card_reply["uuid"] == OutboundDelivery.objects.get(turn=turn).uuid
 
 
 def test_l2_a_feishu_turn_left_running_is_rerun_by_the_sweeper_then_failed_and_told_after_the_cap(

@@ -1,7 +1,8 @@
 """A local Feishu Open API on 127.0.0.1 for tests, demos and the benchmark (F4).
 
 Routes (reference doc §7): tenant_access_token/internal, bot/v3/info, im/v1/messages (create),
-im/v1/messages/:id/reply, im/v1/messages/:id (get), im/v1/chats/:id (get: chat_set / DEFAULT_CHAT), im/v1/messages/:id/reactions (add, delete),
+im/v1/messages/:id/reply, im/v1/messages/:id (get; a merge_forward added with `add_forward` answers its children
+too, each with upper_message_id, as Feishu does), im/v1/chats/:id (get: chat_set / DEFAULT_CHAT), im/v1/messages/:id/reactions (add, delete),
 im/v1/messages/:id/resources/:file_key (bytes registered with `add_resource`), CardKit cards (create,
 element content, settings). Every request is recorded with its monotonic time and the status answered;
 errors can be injected per route; a `uuid` already used returns the first message again and sends nothing,
@@ -161,6 +162,23 @@ class FeishuStub:
                 "mentions": [],
             }
 
+    def add_forward(self, *, message_id: str, children: list[dict[str, Any]], chat_id: str = "oc_chat") -> None:
+        """A merge_forward and its children (`{"message_id", "text" | "msg_type" + "content", "sender_id"}`)."""
+        self.add_message(
+            message_id=message_id, msg_type="merge_forward", content={"content": "Merged and Forwarded Message"}
+        )
+        for child in children:
+            self.add_message(
+                message_id=child["message_id"],
+                text=child.get("text", ""),
+                msg_type=child.get("msg_type", "text"),
+                content=child.get("content"),
+                sender_id=child.get("sender_id", "ou_user_1"),
+                chat_id=chat_id,
+            )
+            with self.lock:
+                self.messages[child["message_id"]]["upper_message_id"] = message_id
+
     def add_resource(
         self,
         *,
@@ -194,8 +212,28 @@ class FeishuStub:
     def card_text(self, card_id: str) -> str:
         """The card's markdown, element by element, as a person would read it."""
         with self.lock:
+            if card_id not in self.cards:
+                return ""
             elements = self.cards[card_id]["card"].get("body", {}).get("elements", [])
             return "\n".join(str(e.get("content", "")) for e in elements if e.get("tag") == "markdown")
+
+    def message_text(self, sent: dict[str, Any]) -> str:
+        """What a person reads in a message the stub posted: a text's text, a card's markdown (a CardKit card
+        sent by reference is read as it shows now)."""
+        try:
+            content = json.loads(sent.get("content") or "{}")
+        except ValueError:
+            return ""
+        if sent.get("msg_type") == "interactive":
+            if content.get("type") == "card":
+                return self.card_text(str((content.get("data") or {}).get("card_id") or ""))
+            elements = (content.get("body") or {}).get("elements") or []
+            return "\n".join(str(e.get("content", "")) for e in elements if e.get("tag") == "markdown")
+        return str(content.get("text", ""))
+
+    def sent_texts(self, *, app_id: str | None = None) -> list[str]:
+        """The text of every message posted, in order (only `app_id`'s when given)."""
+        return [self.message_text(sent) for sent in self.sent if app_id is None or sent["app_id"] == app_id]
 
     @staticmethod
     def max_per_second(requests: list[RecordedRequest]) -> int:
@@ -236,7 +274,8 @@ class FeishuStub:
             message = self.messages.get(message_id)
             if message is None:
                 return 400, {"code": 230110, "msg": "message deleted or not found"}, {}
-            return 200, {"code": 0, "msg": "success", "data": {"items": [message]}}, {}
+            children = [child for child in self.messages.values() if child.get("upper_message_id") == message_id]
+            return 200, {"code": 0, "msg": "success", "data": {"items": [message, *children]}}, {}
         if route == "chat_get":
             return self._chat_get(request)
         limited = self._rate_limited(request, route, app_id)

@@ -524,6 +524,7 @@ class LLMStubServer:
         self.requests: list[RecordedRequest] = []
         self.default_text = "stub reply"
         self.chunks_sent = 0  # text chunks written by streaming answers, all requests together
+        self.first_chunk_at: list[float] = []  # monotonic time each streamed answer wrote its first text chunk
         self._queues: dict[str, collections.deque[StubResponse]] = {api: collections.deque() for api in APIS}
         self._responders: dict[str, Responder] = {}
         self._lock = threading.Lock()
@@ -675,6 +676,8 @@ class LLMStubServer:
                             text_chunks += 1
                             with stub._lock:
                                 stub.chunks_sent += 1
+                                if text_chunks == 1:
+                                    stub.first_chunk_at.append(time.monotonic())
                         self._write_chunk(sse_bytes(event))
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()

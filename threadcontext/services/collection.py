@@ -35,8 +35,10 @@ SENDER_APP = "app"
 SENDER_BOT = "bot"
 
 # Feishu message types whose text is collected; anything else the bridge passes (reaction, stream_chunk,
-# tool_activity, permission, interactive cards, files...) is refused.
-COLLECTED_MESSAGE_TYPES = frozenset({"text", "post"})
+# tool_activity, permission, interactive cards: a bot's card is its own bridge's agent_output) is refused.
+# Images, files, audio, video, stickers and forwards are collected as the label the bridge's parser puts in their
+# text (`[image]`, `[file: report.pdf]`), never a body (G7, seed 002).
+COLLECTED_MESSAGE_TYPES = frozenset({"text", "post", "image", "file", "audio", "media", "sticker", "merge_forward"})
 
 # Why an inbound message recorded nothing (RecordOutcome.skipped_reason).
 SKIP_DIRECT_MESSAGE = "direct_message"

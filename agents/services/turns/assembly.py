@@ -4,9 +4,9 @@ Pure functions over dataclasses (no ORM): the runner and the /context/ selector 
 shows is exactly what a turn sends.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from agents.llm.base import ChatMessage, CompletionRequest
+from agents.llm.base import ChatMessage, CompletionRequest, ImageInput
 from agents.models import LLMModel, Message
 
 # A model whose window is undeclared (context_window = 0) is assumed to have this many tokens.
@@ -59,11 +59,35 @@ def context_fit(*, messages: list[ChatMessage], budget_tokens: int) -> list[Chat
 
 
 @dataclass(frozen=True)
+class TurnAttachments:
+    """What a channel fetched for one run of a turn (issue 12.5), joined to the user's prompt; never stored.
+
+    `images` go on the user message (only a vision model is given any); `prompt_text` is appended to the prompt
+    the model gets (labels saying what was not sent and why, untrusted blocks of inlined text files);
+    `recorded_text` is what the turn's record keeps in its place: the same labels, each inlined body replaced by
+    its label, so no attachment's body reaches the database.
+    """
+
+    images: tuple[ImageInput, ...] = ()
+    prompt_text: str = ""
+    recorded_text: str = ""
+
+
+NO_ATTACHMENTS = TurnAttachments()
+
+
+@dataclass(frozen=True)
 class PrimaryInput:
     request: CompletionRequest
     context_message_ids: list[int]
     dropped_context_messages: int
     budget_tokens: int
+    # The request as the turn records it: `request` with the attachments' bodies replaced by their labels.
+    recorded_request: CompletionRequest
+
+
+def _joined(prompt: str, addition: str) -> str:
+    return f"{prompt}\n\n{addition}" if prompt and addition else prompt or addition
 
 
 def primary_input_build(
@@ -73,9 +97,12 @@ def primary_input_build(
     context: list[Message],
     user_prompt: str,
     activation_contract: str = "",
+    attachments: TurnAttachments = NO_ATTACHMENTS,
 ) -> PrimaryInput:
-    """System prompt + the newest context messages that fit + the new prompt (+ the contract, never trimmed)."""
-    fixed = [ChatMessage(role="user", content=text) for text in (user_prompt, activation_contract) if text]
+    """System prompt + the newest context messages that fit + the new prompt with its attachments (+ the
+    contract, never trimmed)."""
+    prompt = ChatMessage(role="user", content=_joined(user_prompt, attachments.prompt_text), images=attachments.images)
+    fixed = [message for message in (prompt, ChatMessage(role="user", content=activation_contract)) if message.content]
     system = [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else []
     budget = context_budget_tokens(
         context_window=model.context_window,
@@ -99,9 +126,16 @@ def primary_input_build(
             context_window=model.context_window, max_output_tokens=model.max_output_tokens
         ),
     )
+    recorded = request
+    if attachments != NO_ATTACHMENTS:
+        recorded_prompt = replace(prompt, content=_joined(user_prompt, attachments.recorded_text))
+        recorded = replace(
+            request, messages=tuple(recorded_prompt if message is prompt else message for message in request.messages)
+        )
     return PrimaryInput(
         request=request,
         context_message_ids=kept_ids,
         dropped_context_messages=len(context) - len(fitted),
         budget_tokens=budget,
+        recorded_request=recorded,
     )

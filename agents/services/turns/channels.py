@@ -9,6 +9,9 @@ Hooks, in the order the runner calls them:
   turn's user_message, with the context decision), or a `Skip` with an optional one-line notice. A retry sends
   what was recorded and never prepares again (so it writes no second decision). May raise `PrepareRetryable`.
 - `activation_contract(turn)`: every run; a discuss turn's contract is rebuilt from its judgement (one source).
+- `attachments(turn, vision)`: every run, a `TurnAttachments`: the images and files of the user's message,
+  fetched now (never stored) and joined to the prompt; images only when `vision` (the primary model reads them),
+  else their labels. Never raises for a resource: what could not be fetched is a label saying why.
 - `started(turn)`: the run began (the receipt reaction of R1 will hang here).
 - `stream_sink(turn)`: an optional `StreamSink` the model calls feed while they run: each delta of text as the
   provider streams it, and one short label per tool call (the streaming card of R3 shows both).
@@ -20,6 +23,7 @@ Hooks, in the order the runner calls them:
 from dataclasses import dataclass, field
 
 from agents.models import Message, Thread, Turn
+from agents.services.turns.assembly import NO_ATTACHMENTS, TurnAttachments
 
 
 class StreamSink:
@@ -74,6 +78,11 @@ FAILED_NOTICE_TEXT = "Sorry, something went wrong and I could not answer this me
 DELIVERY_FAILED_NOTICE_TEXT = "Sorry, I wrote an answer but could not post it here."
 
 
+def failure_notice_text(*, status: str) -> str:
+    """The one line a chat hears when its turn ended failed or delivery_failed."""
+    return DELIVERY_FAILED_NOTICE_TEXT if status == Turn.Status.DELIVERY_FAILED else FAILED_NOTICE_TEXT
+
+
 class TurnChannel:
     """Defaults: nothing to prepare beyond the stored user_message, nothing to deliver, nobody to tell."""
 
@@ -84,6 +93,9 @@ class TurnChannel:
 
     def activation_contract(self, *, turn: Turn) -> str:
         return ""
+
+    def attachments(self, *, turn: Turn, vision: bool) -> TurnAttachments:
+        return NO_ATTACHMENTS
 
     def started(self, *, turn: Turn) -> None:
         return None
@@ -98,8 +110,7 @@ class TurnChannel:
         return None
 
     def failed(self, *, turn: Turn, status: str) -> None:
-        text = DELIVERY_FAILED_NOTICE_TEXT if status == Turn.Status.DELIVERY_FAILED else FAILED_NOTICE_TEXT
-        self.notice(turn=turn, text=text, purpose=f"turn_{status}")
+        self.notice(turn=turn, text=failure_notice_text(status=status), purpose=f"turn_{status}")
 
 
 class RestChannel(TurnChannel):

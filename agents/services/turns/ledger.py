@@ -238,3 +238,17 @@ def turn_mark_skipped(*, turn: Turn, reason: str) -> bool:
         from_statuses=[Turn.Status.QUEUED, Turn.Status.RUNNING],
         error=reason,
     )
+
+
+def turn_channel_state_merge(*, turn: Turn, values: dict) -> dict:
+    """Merge the channel's notes into `turn.channel_state` (the keys given replace theirs); returns the merged notes.
+
+    The row is locked while merging, so notes written one after another by the same run (the receipt reaction,
+    the streaming card's state) all stay; `turn.channel_state` is updated in place.
+    """
+    with transaction.atomic():
+        current = Turn.objects.select_for_update(of=("self",)).values_list("channel_state", flat=True).get(pk=turn.pk)
+        merged = {**(current or {}), **values}
+        Turn.objects.filter(pk=turn.pk).update(channel_state=merged)
+    turn.channel_state = merged
+    return merged

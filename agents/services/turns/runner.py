@@ -215,7 +215,9 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Message | None:
         context=context,
         user_prompt=turn.user_message.prompt or turn.user_message.content,
         activation_contract=activation_contract,
+        attachments=channel.attachments(turn=turn, vision=model.supports_vision),
     )
+    recorded = primary.recorded_request  # the attachments' bodies replaced by their labels
     model_input: dict = {
         "provider": model.provider.name,
         "kind": model.provider.kind,
@@ -223,7 +225,7 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Message | None:
         "context_message_ids": primary.context_message_ids,
         "dropped_context_messages": primary.dropped_context_messages,
         "context_budget_tokens": primary.budget_tokens,
-        "messages": [{"role": message.role, "content": message.content} for message in primary.request.messages],
+        "messages": [{"role": message.role, "content": message.content} for message in recorded.messages],
     }
     try:
         if not turn.bot.is_enabled:
@@ -231,7 +233,7 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Message | None:
         if not (model.is_enabled and model.provider.is_enabled):
             raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
         client = llm_client_for(model=model)
-        model_input["request"] = request_as_sent(client=client, request=primary.request)
+        model_input["request"] = request_as_sent(client=client, request=recorded)
         called = time.monotonic()
         try:
             result = _complete(

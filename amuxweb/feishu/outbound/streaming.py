@@ -12,7 +12,9 @@ How one answer goes out:
 4. Before Feishu's 10-minute streaming limit (`card_seconds`) or when the text outgrows one card, the card is
    closed at a block boundary (a fence cut open is closed and reopened) and the answer continues in a new card.
 5. When card creation, the reply or an update is refused, the rest goes out as plain text replies with the
-   whole answer (`reply_contents`, each chunk its own fixed uuid), once.
+   whole answer (`reply_contents`, each chunk its own fixed uuid), once. A failure that is not a refusal
+   (a 5xx, a transport error, a rate limit) is not one: while streaming, the next update tries again; in
+   `finish` it is raised, so the delivery is retried later with the same uuids and sequences above the last.
 
 Exactly once across crashes (what lark_oapi's MarkdownStreamController lacks): the controller starts from a
 stored `StreamState` and reports every change through `on_state` BEFORE the Feishu call that depends on it
@@ -50,6 +52,8 @@ logger = logging.getLogger(__name__)
 # Feishu allows 10 updates per second per card: never two updates of one card closer than this. 120 ms, not
 # 100: Feishu counts arrivals, and a request that left 100 ms after another can arrive closer to it.
 MIN_UPDATE_GAP_SECONDS = 0.12
+# After Feishu failed to create or post the card for now (5xx, transport), the next try waits at least this long.
+CARD_RETRY_SECONDS = 1.0
 # Feishu's codes for a card whose streaming was closed (by us or by its 10-minute limit): continue in a new card.
 STREAMING_ENDED_CODES = frozenset({200850, 300309})
 
@@ -129,6 +133,8 @@ class StreamingCard:
         self.sleep = sleep or time.sleep
         self._last_push = 0.0  # monotonic time of the last update sent to the current card
         self._text = ""
+        self._final = False  # in finish: a failure a later try may fix is raised, not merged
+        self._card_retry_at = 0.0  # after a failed create/reply while streaming, not again before this
 
     # --- the producer's side -----------------------------------------------------------------------------
     def update(self, text: str) -> None:
@@ -136,6 +142,8 @@ class StreamingCard:
         self._text = text
         if self.state.is_finished or self.state.is_fallback:
             return
+        if not (self.state.card_id and self.state.message_id) and time.monotonic() < self._card_retry_at:
+            return  # Feishu failed the card a moment ago: not once per token of the answer
         if not self._ensure_card():
             return
         self._roll_while_needed(final=False)
@@ -153,8 +161,11 @@ class StreamingCard:
         self._push(body)
 
     def finish(self, text: str) -> StreamState:
-        """Write the complete text, close streaming; on a refused card, send it as plain replies. Idempotent."""
+        """Write the complete text, close streaming; on a refused card, send it as plain replies. Idempotent.
+
+        Raises FeishuApiError when Feishu fails for now (5xx, transport, rate limit after its retries)."""
         self._text = text
+        self._final = True
         if self.state.is_finished:
             return self.state
         if not self.state.is_fallback and self._ensure_card():
@@ -196,6 +207,11 @@ class StreamingCard:
                 state.message_id = sent.message_id
                 self.on_state(state)
         except feishu_client.FeishuApiError as error:
+            if error.is_retryable:
+                if self._final:
+                    raise
+                self._card_retry_at = time.monotonic() + max(self.interval, CARD_RETRY_SECONDS)
+                return False  # a later update tries again
             self._fall_back(error, step="card")
             return False
         return True
@@ -234,7 +250,11 @@ class StreamingCard:
                 state.shown = previous
                 self._roll(cut=max(len(previous), len(state.carry)), closed_by_feishu=True)
                 return False
-            if error.is_rate_limited:
+            if error.is_retryable:
+                state.shown = previous  # not shown: the next update (or finish) sends it again
+                self.on_state(state)
+                if self._final:
+                    raise
                 return False  # merged into the next update
             self._fall_back(error, step="update")
             return False
@@ -265,6 +285,8 @@ class StreamingCard:
         except feishu_client.FeishuApiError as error:
             if error.code in STREAMING_ENDED_CODES:
                 return True  # already closed by Feishu: the content stands
+            if error.is_retryable and self._final:
+                raise  # the delivery is retried: the next close uses a higher sequence
             logger.warning(
                 "feishu card close refused", extra={"bot": self.bot.slug, "code": error.code, "card_id": state.card_id}
             )
@@ -297,7 +319,8 @@ class StreamingCard:
                 self._push_closing(body)
             self._close_current(summary_of=body)
         offset = self._rest_start() + max(0, cut - len(state.carry))
-        state.closed_cards.append({"card_id": state.card_id, "message_id": state.message_id})
+        # What the closed card shows stays with it: the delivery rows record each message's own text.
+        state.closed_cards.append({"card_id": state.card_id, "message_id": state.message_id, "text": body})
         state.card_id, state.message_id, state.sequence, state.shown = "", "", 0, ""
         state.card_index += 1
         state.offset = offset

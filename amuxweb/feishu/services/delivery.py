@@ -1,6 +1,13 @@
 """Outbound delivery: rows first, then lark-oapi, with a uuid fixed per (turn, chunk) so a retry never posts twice (F3).
 
-A bot without Feishu credentials still gets its rows, marked `recorded` instead of sent (F5).
+A reply is cut into chunks on block boundaries, never inside a code fence (R2, `markdown_chunks`), and each chunk
+goes out in the bot's reply format: a markdown card (`interactive`, CardKit JSON 2.0) or `text`. Notices are
+always text. Every send first takes one token from the chat's and the app's send budget (R4), waiting for it:
+a final message is delayed, never dropped. A bot without Feishu credentials still gets its rows, marked
+`recorded` instead of sent (F5).
+
+A streamed reply (the card of outbound.streaming) is sent by its controller; `stream_deliveries_record` writes its
+messages here as sent rows, so replies to a card route to the bot and its echo is recognised, as for any reply.
 """
 
 import hashlib
@@ -15,13 +22,22 @@ from agents.models import Bot, Turn
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.messages import bot_text
 from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.parsing import text_chunks
+from amuxweb.feishu.outbound.budget import send_budget_acquire
+from amuxweb.feishu.outbound.cards import (
+    CARD_CHUNK_CHARS,
+    TEXT_CHUNK_CHARS,
+    ReplyFormat,
+    markdown_chunks,
+    outbound_content,
+    reply_contents,
+)
+from amuxweb.feishu.outbound.streaming import StreamState, stream_uuid
 
 logger = logging.getLogger(__name__)
 
-# Characters per text message. Feishu caps a text request body at 150 KB; the content is JSON inside JSON,
-# so a CJK character can take ~7 bytes on the wire: 8000 characters stay far below the cap.
-TEXT_CHUNK_CHARS = 8000
+# Characters per message: TEXT_CHUNK_CHARS for text (Feishu caps a text request body at 150 KB; content is JSON in
+# JSON, a CJK character can take ~7 bytes on the wire), CARD_CHUNK_CHARS for a card (30 KB of card JSON).
+MSG_TYPE_OF_FORMAT: dict[str, str] = {"text": "text", "markdown_card": "interactive"}
 # A notice not sent this long after it was written is retried by the sweeper (a send takes seconds at most:
 # 4 attempts of a 10 s timeout); after NOTICE_MAX_ATTEMPTS sends or an hour it stays failed, visible in the admin.
 NOTICE_SWEEP_AFTER_SECONDS = 120
@@ -45,10 +61,12 @@ def deliveries_prepare(
     text: str,
     source_message_id: str,
     purpose: str = "turn",
+    reply_format: ReplyFormat = "text",
 ) -> list[OutboundDelivery]:
     """One row per chunk, created before anything is sent; a repeated call returns the same rows."""
     rows = []
-    for index, chunk in enumerate(text_chunks(text or " ", limit=TEXT_CHUNK_CHARS)):
+    limit = TEXT_CHUNK_CHARS if reply_format == "text" else CARD_CHUNK_CHARS
+    for index, chunk in enumerate(markdown_chunks(text or " ", limit=limit)):
         uuid = delivery_uuid(bot=bot, source_message_id=source_message_id, purpose=purpose, chunk_index=index)
         try:
             with transaction.atomic():
@@ -61,6 +79,7 @@ def deliveries_prepare(
                         "chat_id": chat_id,
                         "reply_to_message_id": reply_to_message_id,
                         "reply_in_thread": reply_in_thread,
+                        "msg_type": MSG_TYPE_OF_FORMAT[reply_format],
                         "content": chunk,
                     },
                 )
@@ -84,18 +103,27 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
             "feishu delivery recorded (bot has no Feishu credentials)", extra={"bot": bot.slug, "uuid": delivery.uuid}
         )
         return delivery
+    content = outbound_content(
+        text=delivery.content, reply_format="markdown_card" if delivery.msg_type == "interactive" else "text"
+    )
     try:
+        send_budget_acquire(chat_id=delivery.chat_id, app_id=bot.feishu_app_id)
         if delivery.reply_to_message_id:
-            sent = feishu_client.message_reply(
+            sent = feishu_client.message_reply_content(
                 bot=bot,
                 message_id=delivery.reply_to_message_id,
-                text=delivery.content,
+                msg_type=content.msg_type,
+                content=content.content,
                 uuid=delivery.uuid,
                 reply_in_thread=delivery.reply_in_thread,
             )
         else:
-            sent = feishu_client.message_create(
-                bot=bot, chat_id=delivery.chat_id, text=delivery.content, uuid=delivery.uuid
+            sent = feishu_client.message_create_content(
+                bot=bot,
+                chat_id=delivery.chat_id,
+                msg_type=content.msg_type,
+                content=content.content,
+                uuid=delivery.uuid,
             )
     except feishu_client.FeishuApiError as error:
         delivery.status = OutboundDelivery.Status.FAILED
@@ -121,6 +149,68 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
 
 def deliveries_send(*, deliveries: list[OutboundDelivery]) -> list[OutboundDelivery]:
     return [delivery_send(delivery=delivery) for delivery in deliveries]
+
+
+def stream_deliveries_record(
+    *,
+    bot: Bot,
+    turn: Turn,
+    chat_id: str,
+    reply_to_message_id: str,
+    reply_in_thread: bool,
+    state: StreamState,
+    uuid_base: str,
+    final_text: str = "",
+) -> list[OutboundDelivery]:
+    """The messages a streamed reply posted (its cards, then any plain fallback), as sent rows in order.
+
+    Written as soon as a message id is known (the card's echo and a reply to it are recognised while it streams)
+    and again when the answer is finished, with what each message shows (`final_text`: the whole answer).
+    Keyed by the controller's own uuids, so a re-run finds the same rows.
+    """
+    entries: list[tuple[str, str, str, str]] = []  # (uuid, message_id, msg_type, content)
+    for index, card in enumerate(state.closed_cards):
+        uuid = stream_uuid(uuid_base=uuid_base, kind="c", index=index)
+        entries.append((uuid, card.get("message_id", ""), "interactive", card.get("text", "")))
+    if state.message_id:
+        uuid = stream_uuid(uuid_base=uuid_base, kind="c", index=state.card_index)
+        entries.append((uuid, state.message_id, "interactive", state.shown))
+    fallback_texts = (
+        [c.content["text"] for c in reply_contents(text=final_text, reply_format="text")] if final_text else []
+    )
+    for index, message_id in enumerate(state.fallback_message_ids):
+        uuid = stream_uuid(uuid_base=uuid_base, kind="f", index=index)
+        text = fallback_texts[index] if index < len(fallback_texts) else ""
+        entries.append((uuid, message_id, "text", text))
+    rows = []
+    now = timezone.now()
+    for chunk_index, (uuid, message_id, msg_type, content) in enumerate(entries):
+        if not message_id:
+            continue
+        values = {
+            "bot": bot,
+            "turn": turn,
+            "chunk_index": chunk_index,
+            "chat_id": chat_id,
+            "reply_to_message_id": reply_to_message_id,
+            "reply_in_thread": reply_in_thread,
+            "msg_type": msg_type,
+            "status": OutboundDelivery.Status.SENT,
+            "feishu_message_id": message_id,
+            "sent_at": now,
+        }
+        try:
+            with transaction.atomic():
+                row, created = OutboundDelivery.objects.get_or_create(
+                    uuid=uuid, defaults={**values, "content": content}
+                )
+        except IntegrityError:  # a concurrent run recorded it first
+            row, created = OutboundDelivery.objects.get(uuid=uuid), False
+        if not created and content and row.content != content:
+            row.content = content
+            row.save(update_fields=["content"])
+        rows.append(row)
+    return rows
 
 
 def feishu_notice_send(

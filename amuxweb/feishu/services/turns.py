@@ -8,13 +8,22 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
   transient read failure retries, a permanent one tells the user and submits nothing), the topic root when due
   (read online when not stored, C8), threadcontext's selection and decision; whether the root went in is noted;
 - activation_contract: a discuss turn's contract, rebuilt from its judgement (P9; one source, never the broker);
-- deliver: the reply in the topic with a uuid fixed per turn and chunk (F3), then the agent_output event, then,
-  only if the prompt really held the root, topic_root_prompt_delivered (C8);
+- attachments: the message's images and files, read now for this run and never stored (amuxweb.feishu.attachments);
+- started: the receipt reaction on an addressed message (R1, services.replies);
+- stream_sink: for a `markdown_card` bot, the streaming card the model's text is written into while it works,
+  its state stored on the turn before each Feishu call (R3), tool steps as collapsed lines;
+- deliver: the card finished with the stored reply (a refused card: one plain reply), or, when no card was
+  started (`text` format, nothing streamed), the reply's chunks in the bot's format, each with a uuid fixed per
+  turn and chunk (F3); then the agent_output event once (C2), then, only if the prompt really held the root,
+  topic_root_prompt_delivered (C8); then the receipt goes;
+- failed: the receipt replaced by the failure emoji, and one line to the chat;
 - notice: one line to the chat (failure, delivery failure, unreadable quote).
 `FeishuAutomationChannel` posts an automation run's answer to its `feishu_chat_id` the same way (item 8).
 """
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.db import transaction
 
@@ -26,11 +35,13 @@ from agents.services.turns import (
     Prepared,
     PrepareRetryable,
     Skip,
+    TurnAttachments,
     TurnChannel,
     turn_get_or_create,
 )
-from agents.services.turns.channels import AutomationChannel
+from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
 from amuxweb.feishu import client as feishu_client
+from amuxweb.feishu.attachments import turn_attachments_fetch
 from amuxweb.feishu.messages import (
     QUOTED_READ_FAILED_TEXT,
     RETIRED_SESSION_TEXT,
@@ -40,6 +51,16 @@ from amuxweb.feishu.messages import (
 from amuxweb.feishu.models import InboundEvent, OutboundDelivery
 from amuxweb.feishu.parsing import ParsedMessage, content_text, message_parse
 from amuxweb.feishu.services.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
+from amuxweb.feishu.services.replies import (
+    CardStreamSink,
+    receipt_add,
+    receipt_fail,
+    receipt_remove,
+    stream_card_close_with_notice,
+    stream_reply_finish,
+    stream_state_get,
+    streaming_card_for,
+)
 from amuxweb.feishu.services.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
@@ -56,6 +77,7 @@ from threadcontext.services import (
 )
 
 logger = logging.getLogger(__name__)
+_Sent = TypeVar("_Sent")
 
 
 def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: str = "") -> Turn | None:
@@ -234,27 +256,55 @@ class FeishuChannel(TurnChannel):
     def activation_contract(self, *, turn: Turn) -> str:
         return discuss_contract_get(turn=turn)
 
+    def attachments(self, *, turn: Turn, vision: bool) -> TurnAttachments:
+        parsed = source_parsed(turn=turn)
+        if parsed is None:
+            return TurnAttachments()
+        return turn_attachments_fetch(
+            bot=turn.bot, parsed=parsed, vision=vision, context_window=turn.bot.primary_model.context_window
+        )
+
+    def started(self, *, turn: Turn) -> None:
+        parsed = source_parsed(turn=turn)
+        if parsed is not None:
+            receipt_add(turn=turn, parsed=parsed)
+
+    def stream_sink(self, *, turn: Turn) -> StreamSink | None:
+        bot = turn.bot
+        if bot.reply_format != Bot.ReplyFormat.MARKDOWN_CARD or not bot.has_feishu_credentials:
+            return None
+        parsed = source_parsed(turn=turn)
+        if parsed is None:
+            return None
+        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=parsed))
+
     def deliver(self, *, turn: Turn, reply: Message) -> None:
         bot = turn.bot
         parsed = source_parsed(turn=turn)
         if parsed is None:
             raise DeliveryPermanent("The Feishu message of this turn is no longer stored.")
-        rows = deliveries_prepare(
-            bot=bot,
-            turn=turn,
-            chat_id=parsed.chat_id,
-            reply_to_message_id=parsed.message_id,
-            reply_in_thread=parsed.is_in_topic,
-            text=reply.content,
-            source_message_id=turn.source_message_id,
-        )
-        rows = _send(rows=rows)
+        state = stream_state_get(turn=turn)
+        if state.card_id or state.is_fallback:
+            # A card was started while the model streamed (or Feishu refused it): finish it with the whole reply.
+            message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=parsed, text=reply.content))
+        else:
+            rows = deliveries_prepare(
+                bot=bot,
+                turn=turn,
+                chat_id=parsed.chat_id,
+                reply_to_message_id=parsed.message_id,
+                reply_in_thread=parsed.is_in_topic,
+                text=reply.content,
+                source_message_id=turn.source_message_id,
+                reply_format=bot.reply_format,
+            )
+            message_ids = [row.feishu_message_id for row in _send(rows=rows)]
         thread_event_record_agent_output(
             bridge_id=bot.bridge_id,
             bot_profile=bot.slug,
             chat_id=parsed.chat_id,
             root_msg_id=parsed.root_msg_id,
-            message_id=rows[0].feishu_message_id or f"amux-turn-{turn.pk}",
+            message_id=next((message_id for message_id in message_ids if message_id), f"amux-turn-{turn.pk}"),
             text=reply.content,
             thread_id=parsed.thread_id,
             chat_type=parsed.chat_type,
@@ -264,6 +314,16 @@ class FeishuChannel(TurnChannel):
         if turn.channel_state.get("topic_root_injected") and binding_id:
             # C8: only now, after the reply whose prompt really held the root was delivered.
             session_binding_mark_topic_root_delivered(binding_id=binding_id)
+        receipt_remove(turn=turn, parsed=parsed)
+
+    def failed(self, *, turn: Turn, status: str) -> None:
+        parsed = source_parsed(turn=turn)
+        if parsed is None:
+            return
+        receipt_fail(turn=turn, parsed=parsed)
+        if stream_card_close_with_notice(turn=turn, parsed=parsed, text=failure_notice_text(status=status)):
+            return
+        super().failed(turn=turn, status=status)
 
     def notice(self, *, turn: Turn, text: str, purpose: str) -> None:
         parsed = source_parsed(turn=turn)
@@ -299,6 +359,7 @@ class FeishuAutomationChannel(AutomationChannel):
             reply_in_thread=False,
             text=reply.content,
             source_message_id=turn.source_message_id,
+            reply_format=turn.bot.reply_format,
         )
         _send(rows=rows)
 
@@ -317,8 +378,13 @@ class FeishuAutomationChannel(AutomationChannel):
 
 
 def _send(*, rows: list[OutboundDelivery]) -> list[OutboundDelivery]:
+    return _finished(lambda: deliveries_send(deliveries=rows))
+
+
+def _finished(send: Callable[[], _Sent]) -> _Sent:
+    """Run a delivery; Feishu's refusal becomes the runner's DeliveryRetryable (429, 5xx) or DeliveryPermanent."""
     try:
-        return deliveries_send(deliveries=rows)
+        return send()
     except feishu_client.FeishuApiError as error:
         reason = f"{error.code} {error.message}"
         if error.is_retryable:

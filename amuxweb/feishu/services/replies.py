@@ -1,0 +1,203 @@
+"""How a Feishu turn's answer reaches the person who asked: the receipt reaction (R1), the streaming card (R3)
+and the final reply (R2), each exactly once across re-runs, every call inside the send budget (R4).
+
+The turn's `channel_state` is the record that keeps it once; every note is written BEFORE the Feishu call that
+depends on it:
+- `receipt` / `failure_reaction`: `{"emoji", "reaction_id", "removed"}`. The note is written before the reaction
+  is asked for, so a re-run that finds it never adds a second one (a run killed between the note and the call
+  leaves no reaction: never twice wins over always). The reaction id follows the call; removal is noted after it.
+- `stream`: the streaming card's `StreamState` (card id, the reply carrying it, the last sequence), stored by
+  the controller before each call (outbound.streaming), so a re-run continues on the same card.
+
+Reactions are courtesy: a refused or failed reaction is logged and never fails the turn.
+"""
+
+import logging
+
+from agents.models import Bot, Turn
+from agents.services.turns.channels import StreamSink
+from agents.services.turns.ledger import turn_channel_state_merge
+from amuxweb.feishu import client as feishu_client
+from amuxweb.feishu.messages import bot_text
+from amuxweb.feishu.outbound.budget import send_budget_acquire
+from amuxweb.feishu.outbound.streaming import StreamingCard, StreamState
+from amuxweb.feishu.parsing import ParsedMessage
+from amuxweb.feishu.services.delivery import delivery_uuid, stream_deliveries_record
+
+logger = logging.getLogger(__name__)
+
+# Addressed turns get a receipt (R1); a discuss wake does not: the bot may well stay silent.
+RECEIPT_TRIGGERS = frozenset({Turn.Trigger.MENTION, Turn.Trigger.REPLY, Turn.Trigger.DM})
+RECEIPT_KEY = "receipt"
+FAILURE_REACTION_KEY = "failure_reaction"
+STREAM_KEY = "stream"
+# One collapsed line per tool step while the answer is written (issue 15 item 5): where the call goes, in grey.
+TOOL_STEP_LINE = "<font color='grey'>⚙ {label} …</font>"
+
+
+# --- the receipt reaction (R1) ---------------------------------------------------------------------------------
+def receipt_add(*, turn: Turn, parsed: ParsedMessage) -> None:
+    """The bot's receipt emoji on the source message of an addressed turn, once per turn whatever re-runs it."""
+    bot = turn.bot
+    if turn.trigger not in RECEIPT_TRIGGERS or not bot.receipt_emoji or not bot.has_feishu_credentials:
+        return
+    turn.refresh_from_db(fields=["channel_state"])
+    if RECEIPT_KEY in turn.channel_state:
+        return  # an earlier run added it, or was about to: never a second one
+    _reaction_add(turn=turn, parsed=parsed, key=RECEIPT_KEY, emoji=bot.receipt_emoji)
+
+
+def receipt_remove(*, turn: Turn, parsed: ParsedMessage) -> None:
+    """The answer is there: the receipt goes."""
+    turn.refresh_from_db(fields=["channel_state"])
+    _reaction_remove(turn=turn, parsed=parsed, key=RECEIPT_KEY)
+
+
+def receipt_fail(*, turn: Turn, parsed: ParsedMessage) -> None:
+    """The turn failed: the receipt is replaced by the bot's failure emoji (the one-line notice follows)."""
+    bot = turn.bot
+    if turn.trigger not in RECEIPT_TRIGGERS or not bot.has_feishu_credentials:
+        return
+    turn.refresh_from_db(fields=["channel_state"])
+    _reaction_remove(turn=turn, parsed=parsed, key=RECEIPT_KEY)
+    if bot.failure_emoji and FAILURE_REACTION_KEY not in turn.channel_state:
+        _reaction_add(turn=turn, parsed=parsed, key=FAILURE_REACTION_KEY, emoji=bot.failure_emoji)
+
+
+def _reaction_add(*, turn: Turn, parsed: ParsedMessage, key: str, emoji: str) -> None:
+    bot = turn.bot
+    turn_channel_state_merge(turn=turn, values={key: {"emoji": emoji, "reaction_id": "", "removed": False}})
+    try:
+        send_budget_acquire(chat_id=parsed.chat_id, app_id=bot.feishu_app_id)
+        reaction_id = feishu_client.reaction_create(bot=bot, message_id=parsed.message_id, emoji_type=emoji)
+    except feishu_client.FeishuApiError as error:
+        logger.warning(
+            "feishu reaction not added",
+            extra={"bot": bot.slug, "turn_id": turn.pk, "emoji": emoji, "code": error.code},
+        )
+        return
+    turn_channel_state_merge(turn=turn, values={key: {"emoji": emoji, "reaction_id": reaction_id, "removed": False}})
+    logger.info("feishu reaction added", extra={"bot": bot.slug, "turn_id": turn.pk, "emoji": emoji})
+
+
+def _reaction_remove(*, turn: Turn, parsed: ParsedMessage, key: str) -> None:
+    bot = turn.bot
+    entry = turn.channel_state.get(key) or {}
+    if not entry.get("reaction_id") or entry.get("removed"):
+        return
+    try:
+        send_budget_acquire(chat_id=parsed.chat_id, app_id=bot.feishu_app_id)
+        feishu_client.reaction_delete(bot=bot, message_id=parsed.message_id, reaction_id=entry["reaction_id"])
+    except feishu_client.FeishuApiError as error:
+        logger.warning("feishu reaction not removed", extra={"bot": bot.slug, "turn_id": turn.pk, "code": error.code})
+        return
+    turn_channel_state_merge(turn=turn, values={key: {**entry, "removed": True}})
+
+
+# --- the streaming card (R3) ------------------------------------------------------------------------------------
+def stream_uuid_base(*, bot: Bot, turn: Turn) -> str:
+    """The base of the streamed reply's uuids (one per card and per fallback chunk): fixed per turn."""
+    return delivery_uuid(bot=bot, source_message_id=turn.source_message_id, purpose="stream", chunk_index=0)
+
+
+def stream_state_get(*, turn: Turn) -> StreamState:
+    return StreamState.from_dict(turn.channel_state.get(STREAM_KEY))
+
+
+def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
+    """The turn's card controller, resumed from the state stored on the turn; every change is stored first."""
+    bot = turn.bot
+    uuid_base = stream_uuid_base(bot=bot, turn=turn)
+    recorded: set[str] = set()
+
+    def on_state(state: StreamState) -> None:
+        turn_channel_state_merge(turn=turn, values={STREAM_KEY: state.as_dict()})
+        if set(state.message_ids) - recorded:  # a new message: its row now, so its echo and replies are known
+            stream_deliveries_record(
+                bot=bot,
+                turn=turn,
+                chat_id=parsed.chat_id,
+                reply_to_message_id=parsed.message_id,
+                reply_in_thread=parsed.is_in_topic,
+                state=state,
+                uuid_base=uuid_base,
+            )
+            recorded.update(state.message_ids)
+
+    return StreamingCard(
+        bot=bot,
+        chat_id=parsed.chat_id,
+        reply_to_message_id=parsed.message_id,
+        reply_in_thread=parsed.is_in_topic,
+        uuid_base=uuid_base,
+        on_state=on_state,
+        state=stream_state_get(turn=turn),
+    )
+
+
+def tool_step_line(label: str) -> str:
+    return TOOL_STEP_LINE.format(label=" ".join(label.split()))
+
+
+class CardStreamSink(StreamSink):
+    """What the card shows while the model works: a collapsed line per tool step, then the current draft.
+
+    A tool step starts a new model call, whose text replaces the draft (the stored reply is the last call's
+    text). The tool lines are the card's alone: `deliver` finishes the card with the stored reply, so they never
+    reach the stored reply, thread context or the next turn.
+    """
+
+    def __init__(self, *, card: StreamingCard) -> None:
+        self.card = card
+        self.steps: list[str] = []
+        self.draft = ""
+
+    def shown(self) -> str:
+        lines = "\n".join(tool_step_line(label) for label in self.steps)
+        return f"{lines}\n\n{self.draft}" if lines else self.draft
+
+    def text(self, delta: str) -> None:
+        self.draft += delta
+        self.card.update(self.shown())
+
+    def tool_step(self, label: str) -> None:
+        self.steps.append(label)
+        self.draft = ""
+        self.card.update(self.shown())
+
+
+def stream_reply_finish(*, turn: Turn, parsed: ParsedMessage, text: str) -> list[str]:
+    """The streamed card finished with the whole reply (or, when Feishu refused the card, one plain reply with it);
+    the message ids it posted, in order. Raises FeishuApiError when even the plain reply is refused."""
+    state = streaming_card_for(turn=turn, parsed=parsed).finish(text)
+    stream_deliveries_record(
+        bot=turn.bot,
+        turn=turn,
+        chat_id=parsed.chat_id,
+        reply_to_message_id=parsed.message_id,
+        reply_in_thread=parsed.is_in_topic,
+        state=state,
+        uuid_base=stream_uuid_base(bot=turn.bot, turn=turn),
+        final_text=text,
+    )
+    return state.message_ids
+
+
+def stream_card_close_with_notice(*, turn: Turn, parsed: ParsedMessage, text: str) -> bool:
+    """A turn that failed with its card still streaming a draft: the card is finished with the one-line notice
+    instead (no draft of an answer that was never stored stays on screen, and no second message is posted).
+    False when there is no such card (or it cannot be finished): the caller posts the notice as usual."""
+    turn.refresh_from_db(fields=["channel_state"])
+    state = stream_state_get(turn=turn)
+    # A card that rolled over holds part of a longer draft: its notice goes out as its own message.
+    if not state.card_id or state.is_finished or state.is_fallback or state.card_index:
+        return False
+    try:
+        stream_reply_finish(turn=turn, parsed=parsed, text=bot_text(bot=turn.bot, text=text))
+    except feishu_client.FeishuApiError as error:
+        logger.warning(
+            "feishu card not closed with the failure notice",
+            extra={"bot": turn.bot.slug, "turn_id": turn.pk, "code": error.code},
+        )
+        return False
+    return True
