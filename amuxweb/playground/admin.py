@@ -27,7 +27,7 @@ class PlaygroundGroupAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("bots"))
     def bot_names(self, obj: PlaygroundGroup) -> str:
-        return ", ".join(member.bot.name for member in obj.members.select_related("bot"))
+        return ", ".join(member.bot.name for member in obj.members.all())  # prefetched in get_queryset
 
     @admin.display(description=_("playground"))
     def open_link(self, obj: PlaygroundGroup) -> str:
