@@ -166,6 +166,15 @@ class Bot(models.Model):
         null=True, blank=True, help_text=_("One tool call's timeout, in seconds. Empty: the hub's default.")
     )
     is_enabled = models.BooleanField(default=True)
+    # The playground's stand-in for a hub bot: every Feishu call it makes is answered on this machine by the
+    # sandbox transport (amuxweb/feishu/sandbox.py) and it never holds a Feishu app secret, so nothing it says can
+    # reach Feishu and no real chat's message can reach it.
+    is_sandbox = models.BooleanField(
+        _("playground stand-in"),
+        default=False,
+        editable=False,
+        help_text=_("A playground stand-in: its Feishu calls are recorded on this machine, never sent."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -201,7 +210,8 @@ class Bot(models.Model):
 
     @property
     def has_feishu_credentials(self) -> bool:
-        return bool(self.feishu_app_id and self.feishu_app_secret)
+        """A sandbox bot never has them, whatever its fields hold: its calls are recorded, not sent (F5)."""
+        return bool(self.feishu_app_id and self.feishu_app_secret) and not self.is_sandbox
 
 
 class Thread(models.Model):

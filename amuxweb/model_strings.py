@@ -307,5 +307,12 @@ MODEL_STRINGS = frozenset(
         gettext_noop("Most tool steps per turn. Empty: the hub's default."),
         gettext_noop("Total tool time per turn, in seconds. Empty: the hub's default."),
         gettext_noop("One tool call's timeout, in seconds. Empty: the hub's default."),
+        gettext_noop("playground stand-in"),
+        gettext_noop("A playground stand-in: its Feishu calls are recorded on this machine, never sent."),
+        gettext_noop("The sandbox bot's bridge id."),
+        gettext_noop("app id"),
+        gettext_noop("method"),
+        gettext_noop("path"),
+        gettext_noop("body"),
     }
 )

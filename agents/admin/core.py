@@ -280,6 +280,7 @@ class BotAdmin(admin.ModelAdmin):
         "discuss_probe_mode",
         "feishu_event_mode",
         "primary_model__provider",
+        "is_sandbox",  # the playground's stand-ins (slug playground-<hub bot>)
     ]
     search_fields = ["slug", "name", "owner__username", "feishu_app_id"]
     list_select_related = ["owner", "primary_model", "primary_model__provider"]

@@ -2,7 +2,9 @@
 
 It is not a language model and says so in every answer a person can see:
 - as an agent it echoes what it received: "[local_rules · rule-based echo] I received 3 context messages; you
-  said: …", so a demo shows which context a turn assembled;
+  said: …", so a demo shows which context a turn assembled. "You said" is the person's own request: the bridge's
+  prompt scaffolding (the `[Amux Feishu …]` wrappers around the user request) and the discuss activation contract
+  (a user message the hub adds, not the person) are never echoed back;
 - as a judge (a forced `decide` tool call, the probe's request) it answers `send` when the newest message
   addresses the bot by name, is a question, or replies to the bot (the message before it is the bot's own),
   and `no_action` otherwise, with a reason starting "rule-based:".
@@ -36,6 +38,11 @@ QUESTION_WORDS = (
     "what", "why", "how", "who", "whom", "whose", "when", "where", "which", "can", "could", "would", "should",
     "is", "are", "do", "does", "did", "will", "may", "shall",
 )  # fmt: skip
+# The labels after which the bridge's renderer puts the person's own words (threadcontext/prompts.py; agents
+# does not import threadcontext, so they are restated here and a test renders real prompts against them).
+REQUEST_LABELS = ("[User request]", "[Conversation input]")
+# The first line of the discuss activation contract (probe/prompts.py), the hub's message, not the person's.
+ACTIVATION_HEADER = "[Discuss wake-up: activation]"
 QUESTION_ENDINGS = ("?", "？", "吗", "呢", "么")
 QUESTION_MARKERS_ZH = ("什么", "怎么", "为什么", "哪", "谁", "能不能", "是不是", "可以吗")
 
@@ -56,6 +63,19 @@ def bot_name_from(messages: tuple[ChatMessage, ...]) -> str:
 def newest_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+def request_text(content: str) -> str:
+    """The person's words in a rendered prompt: what follows the innermost request label, else the whole text."""
+    lines = content.splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].strip() in REQUEST_LABELS:
+            return "\n".join(lines[index + 1 :]).strip()
+    return content.strip()
+
+
+def is_activation_contract(content: str) -> bool:
+    return content.lstrip().startswith(ACTIVATION_HEADER)
 
 
 def is_question(text: str) -> bool:
@@ -112,6 +132,12 @@ class LocalRulesClient:
     def complete(self, request: CompletionRequest) -> CompletionResult:
         input_tokens = sum(estimate_tokens(message.content) for message in request.messages)
         conversation = [message for message in request.messages if message.role != "system"]
+        if not request.forced_tool:  # the agent echoes the person, not the hub's activation contract (P9)
+            conversation = [
+                message
+                for message in conversation
+                if not (message.role == "user" and is_activation_contract(message.content))
+            ]
         last_user_index = max((i for i, message in enumerate(conversation) if message.role == "user"), default=-1)
         newest = conversation[last_user_index].content if last_user_index >= 0 else ""
         if request.forced_tool:
@@ -133,7 +159,7 @@ class LocalRulesClient:
                 raw_finish_reason="tool_calls",
             )
         context_count = max(last_user_index, 0)
-        said = " ".join(newest.split())
+        said = " ".join(request_text(newest).split())
         text = f"{ECHO_LABEL} I received {context_count} context message{'s' if context_count != 1 else ''}"
         text += f"; you said: {said}" if said else "; there was no user message."
         if len(text) > MAX_ECHO_CHARS:

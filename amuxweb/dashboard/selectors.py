@@ -145,7 +145,8 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
     week_iso = since_week.replace(microsecond=0).isoformat()
     last_day = Q(queued_at__gte=since_day)
 
-    bots = list(Bot.objects.select_related("primary_model__provider").order_by("name", "pk"))
+    # The playground's stand-ins are not the hub's bots: their turns and judgements stay out of the front page.
+    bots = list(Bot.objects.filter(is_sandbox=False).select_related("primary_model__provider").order_by("name", "pk"))
 
     # One scan of each table's 7 day window, grouped by (bot, day[, outcome]); the 24 h numbers are conditional
     # aggregates of the same scan and the 7 day totals are summed here from at most 8 rows per bot and outcome.

@@ -44,6 +44,10 @@ from lark_oapi.core.model import BaseRequest
 from lark_oapi.core.token.manager import TokenManager
 
 from agents.models import Bot
+from amuxweb.feishu.sandbox import MESSAGE_NOT_FOUND_CODE, SANDBOX_DOMAIN, sandbox_transport_install
+
+# Every lark client of ours goes through the sandbox check (a sandbox bot's calls never leave the machine).
+sandbox_transport_install()
 
 logger = logging.getLogger(__name__)
 
@@ -115,16 +119,19 @@ class MessageResource:
 
 
 def lark_client_get(*, bot: Bot) -> lark.Client:
-    fingerprint = (bot.feishu_app_id, bot.feishu_app_secret, settings.FEISHU_DOMAIN)
+    # A sandbox bot's client has the sandbox domain: the transport answers it locally (amuxweb/feishu/sandbox.py).
+    domain = SANDBOX_DOMAIN if bot.is_sandbox else settings.FEISHU_DOMAIN
+    app_id = bot.bridge_id if bot.is_sandbox else bot.feishu_app_id
+    fingerprint = (app_id, bot.feishu_app_secret, domain)
     entry = _clients.get(bot.pk)
     if entry is not None and entry[0] == fingerprint:
         return entry[1]
     with _clients_lock:
         client = (
             lark.Client.builder()
-            .app_id(bot.feishu_app_id)
+            .app_id(app_id)
             .app_secret(bot.feishu_app_secret)
-            .domain(settings.FEISHU_DOMAIN)
+            .domain(domain)
             .timeout(CLIENT_TIMEOUT_SECONDS)
             .log_level(lark.LogLevel.CRITICAL)  # feishu_call logs every failure itself, structured
             .build()
@@ -392,6 +399,8 @@ def message_resource_get(
     length is absent or wrong, as soon as more than `max_bytes` have arrived (the rest is never read)."""
     if type not in ("image", "file"):
         raise ValueError(f"resource type must be image or file, not {type!r}")
+    if bot.is_sandbox:  # this download bypasses the SDK's transport, so it refuses a sandbox bot itself
+        raise FeishuApiError("a sandbox bot has no message resources", code=MESSAGE_NOT_FOUND_CODE)
     path = MESSAGE_RESOURCE_PATH.format(
         message_id=requests.utils.quote(message_id, safe=""), file_key=requests.utils.quote(file_key, safe="")
     )

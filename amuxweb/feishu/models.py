@@ -162,3 +162,19 @@ class SendBudgetBucket(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class SandboxCall(models.Model):
+    """One Feishu call of a sandbox bot, answered and recorded on this machine (amuxweb/feishu/sandbox.py)."""
+
+    app_id = models.CharField(max_length=64, db_index=True, help_text="The sandbox bot's bridge id.")
+    method = models.CharField(max_length=8)
+    path = models.CharField(max_length=300)
+    body = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["app_id", "id"], name="sandboxcall_app")]
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}"

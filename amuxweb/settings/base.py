@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "probe",
     "amuxweb.feishu",
     "amuxweb.dashboard",
+    "amuxweb.playground",
 ]
 
 MIDDLEWARE = [

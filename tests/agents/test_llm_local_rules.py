@@ -99,3 +99,49 @@ def test_t1_local_rules_agent_echo_is_labelled_and_deterministic():
     assert first.text == f"{ECHO_LABEL} I received 2 context messages; you said: three four"
     assert first == second
     assert first.tool_calls == ()
+
+
+# --- The demo's echo is the person's words (issue 14 item 8): the real renderer and contract, never echoed ---
+
+
+def _echo(*contents: str) -> str:
+    from agents.llm.base import ChatMessage, CompletionRequest
+    from agents.llm.local_rules import LocalRulesClient
+
+    messages = tuple(ChatMessage(role="user", content=content) for content in contents)
+    return LocalRulesClient().complete(CompletionRequest(model="local", messages=messages)).text
+
+
+def test_the_echo_of_a_wrapped_prompt_is_the_user_request_alone():
+    from threadcontext.prompts import quoted_reply_wrap, thread_mode_wrap, topic_wrap
+
+    # given: the bridge's three wrappers, nested as the renderer nests them
+    prompt = quoted_reply_wrap(
+        quoted_text="the old plan",
+        conversation_input=topic_wrap(
+            topic_root_text="Snake game",
+            request=thread_mode_wrap(thread_context="Bob: keep it simple", request_text="draft a plan"),
+        ),
+    )
+
+    # when
+    text = _echo(prompt)
+
+    # then
+    assert text == f"{ECHO_LABEL} I received 0 context messages; you said: draft a plan"
+
+
+def test_the_echo_of_an_activated_discuss_turn_skips_the_activation_contract():
+    from probe.prompts import activation_contract
+
+    # given: the person's message, then the contract the hub appends (P9)
+    contract = activation_contract(reason="rule-based: the newest message is a question")
+
+    # when
+    first = _echo("earlier", "what should we build first?", contract)
+    second = _echo("earlier", "what should we build first?", contract)
+
+    # then: the person's words, the same both times; no contract text
+    assert first == f"{ECHO_LABEL} I received 1 context message; you said: what should we build first?"
+    assert second == first
+    assert "HARD REQUIREMENT" not in first
