@@ -96,7 +96,7 @@ def text_decode(data: bytes) -> str | None:
     return None if "\0" in text else text
 
 
-def _download_reason(error: feishu_client.FeishuApiError) -> str:
+def _download_reason(error: "feishu_client.FeishuApiError") -> str:  # a string: the client module is lazy
     return f"Feishu code {error.code}" if error.code else "no answer"
 
 
@@ -249,7 +249,7 @@ def _forward(*, bot: Bot, parsed: ParsedMessage, out: _Collected) -> None:
     _inline(sized=Attachment(kind=ATTACHMENT_FORWARD, key="", name=count), body="\n".join(lines), out=out)
 
 
-def _log_failed(*, bot: Bot, parsed: ParsedMessage, attachment: Attachment, error: feishu_client.FeishuApiError):
+def _log_failed(*, bot: Bot, parsed: ParsedMessage, attachment: Attachment, error: "feishu_client.FeishuApiError"):
     logger.warning(
         "feishu attachment not read",
         extra={

@@ -14,9 +14,11 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from agents.models import Bot
+
+# The module, not its names: it is lazy (lark-oapi), and the admin's URLconf imports this module in every process.
+from amuxweb.feishu import webhook as feishu_webhook
 from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
 from amuxweb.feishu.simulate import bot_local_credentials_provision
-from amuxweb.feishu.webhook import captured_event_store, webhook_handle
 from amuxweb.playground.models import MESSAGE_ID_PREFIX, PlaygroundGroup, PlaygroundMember, PlaygroundMessage
 from threadcontext.models import Workspace
 from threadcontext.services import workspace_chat_mode_store, workspace_ensure
@@ -164,12 +166,12 @@ def _push(
         **topic,
     )
     request = event_request_build(payload=payload, encrypt_key=bot.feishu_encrypt_key)
-    outcome = webhook_handle(
+    outcome = feishu_webhook.webhook_handle(
         bot=bot,
         path=f"/feishu/webhook/{bot.slug}/",
         headers=request.headers,
         body=request.body,
         max_age_seconds=settings.FEISHU_MAX_EVENT_AGE_SECONDS,
     )
-    if outcome.event is None or captured_event_store(bot=bot, event=outcome.event) is None:
+    if outcome.event is None or feishu_webhook.captured_event_store(bot=bot, event=outcome.event) is None:
         raise RuntimeError(f"the intake refused a playground event for {bot.slug}: {outcome.status_code}")

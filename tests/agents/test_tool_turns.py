@@ -250,9 +250,9 @@ def test_m2_m3_a_feishu_turn_calls_tools_and_no_other_bot_nor_later_turn_sees_th
         (1, 1, "stub", "add", "ok"),
         (2, 0, "stub", "echo", "ok"),
     ]
-    posted = json.dumps([sent for sent in feishu.stub.sent if sent["app_id"] == planner.feishu_app_id])
-    assert FINAL_ANSWER in posted
-    assert TOOL_ARGUMENT not in json.dumps(feishu.stub.sent)
+    # (what a person reads: the card's markdown as it shows now; every call the stub saw, card updates included)
+    assert feishu.stub.sent_texts(app_id=planner.feishu_app_id) == [FINAL_ANSWER]
+    assert TOOL_ARGUMENT not in json.dumps([request.body for request in feishu.stub.requests], default=str)
     # and the thread context holds the final answer as Planner's agent_output, nothing of its tools (C3)
     items = list(ThreadContextItem.objects.values_list("item_type", "text"))
     assert ("agent_output", FINAL_ANSWER) in items
