@@ -19,6 +19,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": FAULTS_VISIBILITY_TIMEO
 # The visibility timeout must exceed the hard time limit (Redis would redeliver running tasks otherwise).
 CELERY_TASK_TIME_LIMIT = FAULTS_VISIBILITY_TIMEOUT_SECONDS - 2
 CELERY_TASK_SOFT_TIME_LIMIT = FAULTS_VISIBILITY_TIMEOUT_SECONDS - 5
+# The bots of this suite have no tools; the tool budget must still fit the short soft limit (system check E001).
+AMUX_TOOL_TIME_BUDGET_SECONDS = 2
+AMUX_TOOL_CONNECT_TIMEOUT_SECONDS = 2
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FAULTS_PENDING_AFTER_SECONDS")
 CELERY_BEAT_SCHEDULE = {
     **CELERY_BEAT_SCHEDULE,
