@@ -146,3 +146,16 @@ def test_r4_the_app_budget_holds_across_chats(settings):
     results = [send_budget_try(chat_id=f"oc_{n}", app_id="cli_busy") for n in range(3)]
     # then
     assert results == [True, False, False]
+
+
+def test_r4_a_redis_that_went_away_never_fails_a_send(settings, private_redis, caplog):
+    # given: the Redis budget in use, then its server stopped (the fault suite's "Redis down during intake")
+    settings.REDIS_URL = private_redis
+    assert send_budget_try(chat_id="oc_away", app_id="cli_away") is True
+    port = int(private_redis.rsplit(":", 1)[1].split("/")[0])
+    subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"], check=False, capture_output=True)
+    # when
+    waited = send_budget_acquire(chat_id="oc_away", app_id="cli_away")
+    # then: the send goes now, and the log says the budget was not kept
+    assert waited < 2.5
+    assert "send budget unavailable, sending without it" in caplog.text

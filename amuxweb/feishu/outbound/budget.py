@@ -126,6 +126,7 @@ def _take(buckets: list[Bucket]) -> float:
 
 
 _redis_clients: dict[str, Any] = {}
+REDIS_TIMEOUT_SECONDS = 2.0  # a hung Redis must not hold a reply longer than this
 
 
 def _redis_take(buckets: list[Bucket]) -> float:
@@ -133,13 +134,21 @@ def _redis_take(buckets: list[Bucket]) -> float:
 
     client = _redis_clients.get(settings.REDIS_URL)
     if client is None:
-        client = redis.Redis.from_url(settings.REDIS_URL)
+        client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=REDIS_TIMEOUT_SECONDS, socket_timeout=REDIS_TIMEOUT_SECONDS
+        )
         _redis_clients[settings.REDIS_URL] = client
     script = client.register_script(_TAKE_SCRIPT)  # EVALSHA, falling back to EVAL once per server
-    result = script(
-        keys=[KEY_PREFIX + bucket.key for bucket in buckets],
-        args=[BUCKET_CAPACITY, BUCKET_IDLE_SECONDS, *(bucket.rate for bucket in buckets), TOKEN_EPSILON],
-    )
+    try:
+        result = script(
+            keys=[KEY_PREFIX + bucket.key for bucket in buckets],
+            args=[BUCKET_CAPACITY, BUCKET_IDLE_SECONDS, *(bucket.rate for bucket in buckets), TOKEN_EPSILON],
+        )
+    except redis.RedisError as error:
+        # Redis is away (a restart, a failover): the budget cannot be kept, but a reply must not fail for it. Send
+        # now; Feishu's own limit answers 429/99991400 if it is hit, and the client backs off on those.
+        logger.warning("send budget unavailable, sending without it", extra={"error_type": type(error).__name__})
+        return 0.0
     return float(result)
 
 
