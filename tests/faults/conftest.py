@@ -51,7 +51,7 @@ SWEEP_SECONDS = 5
 PENDING_AFTER_SECONDS = 5
 # What a backlog costs on this 2-core machine: the bound of each fault allows this much work per event on top of
 # the visibility timeout and one sweep (an event and its turn took ~1-1.3 s of worker time with the machine busy).
-DRAIN_SECONDS_PER_EVENT = 1.5
+DRAIN_SECONDS_PER_EVENT = 2.0  # a streamed reply is ~9 Feishu calls, each through the send budget
 # Feishu resends an event it got no 200 for (15 s, 5 min, ... in production); the sender here waits this long.
 RESEND_AFTER_SECONDS = 1.0
 RESEND_MAX_ATTEMPTS = 60
