@@ -51,10 +51,9 @@ def assert_exactly_once(figures, hub) -> None:
     assert (figures.lost, figures.duplicated, figures.never_acked) == (0, 0, 0), f"{figures.line()}\n{hub.tails()}"
     assert figures.answered_within_seconds <= figures.bound_seconds, f"{figures.line()}\n{hub.tails()}"
     # A turn whose reply Feishu has but whose `delivered` mark met the fault stays `replied` until the sweeper
-    # resumes it (same uuids: no second message). A streamed answer the killed run had already finished on its card
-    # leaves the turn `running` until the sweeper re-runs it on the same card (no second card, no second reply; the
-    # answered count above reads what a person sees). No turn may end failed.
-    assert set(figures.turns) <= {"delivered", "replied", "running"}, f"{figures.line()}\n{hub.tails()}"
+    # resumes it (same uuids: no second message); no turn may end failed, and none may still be running: a turn a
+    # killed worker left mid-stream has a card showing a draft, not the answer (issue 10: open for that case).
+    assert set(figures.turns) <= {"delivered", "replied"}, f"{figures.line()}\n{hub.tails()}"
 
 
 def test_redis_stopped_during_intake_of_a_burst(fault_hub, fault_bot, feishu_sender):
