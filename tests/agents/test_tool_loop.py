@@ -18,13 +18,12 @@ from agents.tools.loop import FINAL_ANSWER_INSTRUCTION, REFUSED_MESSAGE, TOOL_RE
 from agents.tools.turns import ToolServerUnavailableError, turn_tools_run
 from probe.services import probe_gate_run
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory
+from tests.agents.test_llm_adapters import APIS, MODEL_NAMES
 from tests.stubs.llm_servers import (
+    BODY_BUILDERS,
     SERVER_ERROR_BODIES,
     StubResponse,
-    anthropic_body,
-    gemini_body,
     openai_chat_body,
-    openai_responses_body,
 )
 from tests.stubs.mcp_server import stdio_command
 
@@ -34,19 +33,6 @@ SERVER_SECRET = "mcp-env-secret-31337"
 FEISHU_SECRET = "feishu-app-secret-2718"
 PROVIDER_KEY = "sk-provider-key-1618"
 CONNECT_TIMEOUT_SECONDS = 60.0
-APIS = ["openai_chat", "openai_responses", "anthropic", "gemini"]
-MODEL_NAMES = {
-    "openai_chat": "gpt-4o",
-    "openai_responses": "gpt-4.1",
-    "anthropic": "claude-sonnet-4-6",
-    "gemini": "gemini-2.5-flash",
-}
-BODIES = {
-    "openai_chat": openai_chat_body,
-    "openai_responses": openai_responses_body,
-    "anthropic": anthropic_body,
-    "gemini": gemini_body,
-}
 
 
 @pytest.fixture(autouse=True)
@@ -131,8 +117,8 @@ def test_m2_allowed_tools_reach_the_model_natively_and_results_go_back(api, llm_
     # given: the model calls stub__add, then answers
     bot = tool_bot(llm_stub, api=api)
     turn = new_turn(bot)
-    llm_stub.enqueue(api, StubResponse(body=BODIES[api](tool_calls=[("stub__add", {"a": 2, "b": 40})])))
-    llm_stub.enqueue(api, StubResponse(body=BODIES[api](text="It is 42.")))
+    llm_stub.enqueue(api, StubResponse(body=BODY_BUILDERS[api](tool_calls=[("stub__add", {"a": 2, "b": 40})])))
+    llm_stub.enqueue(api, StubResponse(body=BODY_BUILDERS[api](text="It is 42.")))
 
     # when
     result, calls = run(turn)

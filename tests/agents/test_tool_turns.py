@@ -38,33 +38,20 @@ from agents.tools.turns import SOFT_LIMIT_MARGIN_SECONDS, budget_within_soft_lim
 from amuxweb.feishu import discuss
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
 from tests.agents.forms import bot_admin_form_data
+from tests.agents.test_llm_adapters import APIS, MODEL_NAMES
 from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401 - shared fixtures
 from tests.probe.conftest import make_judge  # noqa: F401 - fixture
 from tests.stubs.llm_servers import (
+    BODY_BUILDERS,
     StubResponse,
     anthropic_body,
-    gemini_body,
     openai_chat_body,
-    openai_responses_body,
 )
 from tests.stubs.mcp_server import http_server_running, stdio_command
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
 
 pytestmark = pytest.mark.django_db
 
-APIS = ["openai_chat", "openai_responses", "anthropic", "gemini"]
-MODEL_NAMES = {
-    "openai_chat": "gpt-4o",
-    "openai_responses": "gpt-4.1",
-    "anthropic": "claude-sonnet-4-6",
-    "gemini": "gemini-2.5-flash",
-}
-BODIES = {
-    "openai_chat": openai_chat_body,
-    "openai_responses": openai_responses_body,
-    "anthropic": anthropic_body,
-    "gemini": gemini_body,
-}
 # Markers that exist only inside tool activity: a tool's arguments and what it answered.
 TOOL_ARGUMENT = "zebra-argument-5150"
 TOOL_RESULT = f"echo: {TOOL_ARGUMENT}"
@@ -150,7 +137,7 @@ def tool_rows(turn_id: int) -> list[tuple]:
 
 def tool_script(api: str) -> list[StubResponse]:
     """Two steps of tool calls (two calls, then one), then the final answer."""
-    body = BODIES[api]
+    body = BODY_BUILDERS[api]
     return [
         StubResponse(body=body(tool_calls=[("stub__echo", {"text": TOOL_ARGUMENT}), ("stub__add", {"a": 2, "b": 40})])),
         StubResponse(body=body(tool_calls=[("stub__echo", {"text": "again"})])),
@@ -198,7 +185,7 @@ def test_m2_m3_a_rest_turn_calls_tools_in_order_and_only_its_final_answer_is_see
 
     # when: the next turn of the thread, answered without tools
     llm_stub.reset()
-    llm_stub.enqueue(api, StubResponse(body=BODIES[api](text="You are welcome.")))
+    llm_stub.enqueue(api, StubResponse(body=BODY_BUILDERS[api](text="You are welcome.")))
     rest_say(client, thread, "Thanks")
 
     # then: its model input carried the previous question and final answer, no tool call and no tool result
