@@ -1,9 +1,11 @@
 """The streaming card (R3): the answer is written into a CardKit card while the model produces it.
 
 How one answer goes out:
-1. `card.create` of a JSON 2.0 card in streaming mode with one markdown element, then a reply to the source
-   message carrying the card by reference (`reply_in_thread` where the source is in a topic), with a uuid
-   fixed per (answer, card) so Feishu itself drops a second reply.
+1. At the first text (not before: no empty card waits for the model), `card.create` of a JSON 2.0 card in
+   streaming mode with one markdown element holding the text so far, then a reply to the source message
+   carrying the card by reference (`reply_in_thread` where the source is in a topic), with a uuid fixed per
+   (answer, card) so Feishu itself drops a second reply. The person sees the first words the moment the reply
+   lands; no content update has to follow it through the send budget first (as AstrBot does it).
 2. `card_element_content_update` with the whole text so far, a strictly increasing `sequence`, at most one
    update per `interval_ms` (sooner once `update_chars` new characters wait, never closer than 120 ms: Feishu
    allows 10 updates per second per card). An intermediate update takes from the send budget only if it can
@@ -115,6 +117,7 @@ class StreamingCard:
         card_seconds: float | None = None,
         card_chars: int = CARD_CHUNK_CHARS,
         now: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.bot = bot
@@ -129,7 +132,8 @@ class StreamingCard:
         self.update_chars = settings.FEISHU_STREAM_UPDATE_CHARS if update_chars is None else update_chars
         self.card_seconds = settings.FEISHU_STREAM_CARD_SECONDS if card_seconds is None else card_seconds
         self.card_chars = card_chars
-        self.now = now
+        self.now = now  # epoch seconds: the card's age against Feishu's streaming limit (stored, survives a crash)
+        self.monotonic = monotonic  # the throttle's clock (gaps between this process' own calls)
         self.sleep = sleep or time.sleep
         self._last_push = 0.0  # monotonic time of the last update sent to the current card
         self._text = ""
@@ -142,7 +146,9 @@ class StreamingCard:
         self._text = text
         if self.state.is_finished or self.state.is_fallback:
             return
-        if not (self.state.card_id and self.state.message_id) and time.monotonic() < self._card_retry_at:
+        if not self.state.card_id and not self._body().strip():
+            return  # the card is created at the first text, with it: no empty card waits for the model
+        if not (self.state.card_id and self.state.message_id) and self.monotonic() < self._card_retry_at:
             return  # Feishu failed the card a moment ago: not once per token of the answer
         if not self._ensure_card():
             return
@@ -152,7 +158,7 @@ class StreamingCard:
         body = self._body()
         if body == self.state.shown:
             return
-        since = time.monotonic() - self._last_push
+        since = self.monotonic() - self._last_push
         waiting = len(body) - len(self.state.shown)
         if since < MIN_UPDATE_GAP_SECONDS or (since < self.interval and waiting < self.update_chars):
             return
@@ -188,10 +194,14 @@ class StreamingCard:
         state = self.state
         try:
             if not state.card_id:
+                # The card starts WITH the text so far (when it fits; else the rollover cuts it by updates): the
+                # reply that carries it shows content the moment it lands, one content update fewer.
+                body = self._body()
+                initial = body if len(body) <= self.card_chars else state.carry
                 send_budget_acquire(chat_id="", app_id=self.bot.feishu_app_id, sleep=self.sleep)
-                card = markdown_card(text=state.carry or STREAMING_PLACEHOLDER, streaming=True)
+                card = markdown_card(text=initial or STREAMING_PLACEHOLDER, streaming=True)
                 state.card_id = feishu_client.card_create(bot=self.bot, card=card, sleep=self.sleep)
-                state.sequence, state.shown, state.opened_at, state.message_id = 0, "", self.now(), ""
+                state.sequence, state.shown, state.opened_at, state.message_id = 0, initial, self.now(), ""
                 self.on_state(state)  # stored before the reply that carries it: a re-run replies with this card
             if not state.message_id:
                 send_budget_acquire(chat_id=self.chat_id, app_id=self.bot.feishu_app_id, sleep=self.sleep)
@@ -210,7 +220,7 @@ class StreamingCard:
             if error.is_retryable:
                 if self._final:
                     raise
-                self._card_retry_at = time.monotonic() + max(self.interval, CARD_RETRY_SECONDS)
+                self._card_retry_at = self.monotonic() + max(self.interval, CARD_RETRY_SECONDS)
                 return False  # a later update tries again
             self._fall_back(error, step="card")
             return False
@@ -233,7 +243,7 @@ class StreamingCard:
         state.sequence += 1
         state.shown = body
         self.on_state(state)  # the sequence is stored before it is used: a re-run never reuses it
-        self._last_push = time.monotonic()
+        self._last_push = self.monotonic()
         try:
             feishu_client.card_element_content_update(
                 bot=self.bot,
@@ -261,7 +271,7 @@ class StreamingCard:
         return True
 
     def _wait_gap(self) -> None:
-        gap = MIN_UPDATE_GAP_SECONDS - (time.monotonic() - self._last_push)
+        gap = MIN_UPDATE_GAP_SECONDS - (self.monotonic() - self._last_push)
         if gap > 0:
             self.sleep(gap)
 
@@ -273,7 +283,7 @@ class StreamingCard:
         state.sequence += 1
         self.on_state(state)
         self._wait_gap()
-        self._last_push = time.monotonic()
+        self._last_push = self.monotonic()
         try:
             feishu_client.card_settings_update(
                 bot=self.bot,
@@ -332,7 +342,7 @@ class StreamingCard:
         state.sequence += 1
         state.shown = body
         self.on_state(state)
-        self._last_push = time.monotonic()
+        self._last_push = self.monotonic()
         try:
             feishu_client.card_element_content_update(
                 bot=self.bot,
