@@ -9,19 +9,35 @@ import time
 
 import pytest
 
+from amuxweb.feishu.models import OutboundDelivery
 from amuxweb.feishu.outbound import streaming
 from amuxweb.feishu.outbound.streaming import StreamingCard, StreamState
+from amuxweb.feishu.services.delivery import delivery_uuid, plain_replies_send
 
 pytestmark = pytest.mark.django_db
 
 CARD_ROUTES = ("card_content", "card_settings")
 # The chat's send budget refills a token every ~0.22 s; waiting this long lets the next update through.
 BUDGET_INTERVAL_SECONDS = 0.3
+FALLBACK_PURPOSE = "stream-fallback"
 
 
 def _card(bot, stored: list[dict], *, state: StreamState | None = None, **options) -> StreamingCard:
     def on_state(current: StreamState) -> None:
         stored.append(copy.deepcopy(current.as_dict()))
+
+    def send_plain(text: str, state: StreamState) -> list[str]:  # as the turn's: delivery's chunk path
+        return plain_replies_send(
+            bot=bot,
+            turn=None,
+            chat_id="oc_group",
+            reply_to_message_id="om_src",
+            reply_in_thread=True,
+            text=text,
+            source_message_id="om_src",
+            purpose=FALLBACK_PURPOSE,
+            first_chunk_index=len(state.card_message_ids),
+        )
 
     return StreamingCard(
         bot=bot,
@@ -30,6 +46,7 @@ def _card(bot, stored: list[dict], *, state: StreamState | None = None, **option
         reply_in_thread=True,
         uuid_base="amux-answer-1",
         on_state=on_state,
+        send_plain=send_plain,
         state=state,
         **options,
     )
@@ -227,9 +244,17 @@ def test_r3_a_refused_card_falls_back_to_one_plain_reply_with_the_whole_text(fei
     assert (reply["msg_type"], json.loads(reply["content"]), reply["uuid"]) == (
         "text",
         {"text": "Partial answer, complete."},
-        "amux-answer-1-f0",
+        delivery_uuid(bot=bot, source_message_id="om_src", purpose=FALLBACK_PURPOSE, chunk_index=0),
     )
     assert (state.is_fallback, state.is_finished, state.fallback_message_ids) == (True, True, [reply["message_id"]])
+    # sent through delivery's chunk path: its row, written before the send, says so
+    [row] = OutboundDelivery.objects.all()
+    assert (row.status, row.msg_type, row.content, row.feishu_message_id) == (
+        "sent",
+        "text",
+        "Partial answer, complete.",
+        reply["message_id"],
+    )
     # and a re-run of the finished answer sends nothing more
     before = len(feishu_stub.requests)
     _card(bot, [], state=StreamState.from_dict(stored[-1])).finish("Partial answer, complete.")

@@ -14,7 +14,8 @@ How one answer goes out:
 4. Before Feishu's 10-minute streaming limit (`card_seconds`) or when the text outgrows one card, the card is
    closed at a block boundary (a fence cut open is closed and reopened) and the answer continues in a new card.
 5. When card creation, the reply or an update is refused, the rest goes out as plain text replies with the
-   whole answer (`reply_contents`, each chunk its own fixed uuid), once. A failure that is not a refusal
+   whole answer, once, through the caller's `send_plain` (delivery's chunk path: a row per chunk first, each
+   its own fixed uuid, so there is one way to send plain chunks and a re-run skips the chunks already sent). A failure that is not a refusal
    (a 5xx, a transport error, a rate limit) is not one: while streaming, the next update tries again; in
    `finish` it is raised, so the delivery is retried later with the same uuids and sequences above the last.
 
@@ -46,7 +47,6 @@ from amuxweb.feishu.outbound.cards import (
     fence_closing,
     markdown_card,
     open_fence,
-    reply_contents,
 )
 
 logger = logging.getLogger(__name__)
@@ -86,17 +86,24 @@ class StreamState:
         return cls(**known)
 
     @property
-    def message_ids(self) -> list[str]:
-        """Every message this answer posted, in order (closed cards, the current card, plain fallbacks)."""
+    def card_message_ids(self) -> list[str]:
+        """The cards' messages, in order (closed cards, then the current card)."""
         ids = [card["message_id"] for card in self.closed_cards if card.get("message_id")]
-        if self.message_id:
-            ids.append(self.message_id)
-        return ids + self.fallback_message_ids
+        return [*ids, self.message_id] if self.message_id else ids
+
+    @property
+    def message_ids(self) -> list[str]:
+        """Every message this answer posted, in order (the cards, then the plain fallbacks)."""
+        return self.card_message_ids + self.fallback_message_ids
 
 
 def stream_uuid(*, uuid_base: str, kind: str, index: int) -> str:
-    """A reply's uuid, fixed per (answer, card or chunk); Feishu's limit is 50 characters."""
+    """The uuid of the reply carrying a card, fixed per (answer, card); Feishu's limit is 50 characters."""
     return f"{uuid_base[:40]}-{kind}{index}"
+
+
+# The plain fallback: (the whole answer, the state so far) -> the message ids it posted, in order; idempotent.
+PlainSender = Callable[[str, StreamState], list[str]]
 
 
 class StreamingCard:
@@ -111,6 +118,7 @@ class StreamingCard:
         reply_in_thread: bool,
         uuid_base: str,
         on_state: Callable[[StreamState], None],
+        send_plain: PlainSender,
         state: StreamState | None = None,
         interval_ms: int | None = None,
         update_chars: int | None = None,
@@ -126,6 +134,7 @@ class StreamingCard:
         self.reply_in_thread = reply_in_thread
         self.uuid_base = uuid_base
         self.on_state = on_state
+        self.send_plain = send_plain
         self.state = state or StreamState()
         interval = settings.FEISHU_STREAM_UPDATE_INTERVAL_MS if interval_ms is None else interval_ms
         self.interval = max(MIN_UPDATE_GAP_SECONDS, interval / 1000)
@@ -369,22 +378,7 @@ class StreamingCard:
 
     def _fallback_send(self, text: str) -> None:
         state = self.state
-        contents = reply_contents(text=text, reply_format="text")
-        for index, content in enumerate(contents):
-            if index < len(state.fallback_message_ids):
-                continue  # sent before a crash
-            send_budget_acquire(chat_id=self.chat_id, app_id=self.bot.feishu_app_id, sleep=self.sleep)
-            sent = feishu_client.message_reply_content(
-                bot=self.bot,
-                message_id=self.reply_to_message_id,
-                msg_type=content.msg_type,
-                content=content.content,
-                uuid=stream_uuid(uuid_base=self.uuid_base, kind="f", index=index),
-                reply_in_thread=self.reply_in_thread,
-                sleep=self.sleep,
-            )
-            state.fallback_message_ids.append(sent.message_id)
-            self.on_state(state)
+        state.fallback_message_ids = self.send_plain(text, state)  # chunks sent before a crash are not sent again
         state.is_finished = True
         self.on_state(state)
 
