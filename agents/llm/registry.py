@@ -54,16 +54,14 @@ def adapter_class(kind: str) -> type:
     importing the configured kinds at boot (`provider_adapters_preload`).
     """
     module_name, _, class_name = ADAPTERS[kind].rpartition(".")
-    module = sys.modules.get(module_name)
-    if module is None:
-        with _adapter_import_lock:  # one import at a time, so a failure drops only its own modules
-            before = set(sys.modules)
-            try:
-                module = importlib.import_module(module_name)
-            except BaseException:
-                for name in set(sys.modules) - before:
-                    sys.modules.pop(name, None)
-                raise
+    with _adapter_import_lock:  # one import at a time, so a failure drops only its own modules
+        before = set(sys.modules)
+        try:
+            module = importlib.import_module(module_name)  # a dictionary look-up once imported
+        except BaseException:
+            for name in set(sys.modules) - before:
+                sys.modules.pop(name, None)
+            raise
     return getattr(module, class_name)
 
 
