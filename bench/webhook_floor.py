@@ -41,10 +41,13 @@ def stored_payload_template() -> str:
 
 
 _TEMPLATE_HEAD, _TEMPLATE_TAIL = stored_payload_template().split(_MESSAGE_ID)
+# Every column of the row, so it is the same row whatever the model grows: the request's values, else the defaults.
+_FIELDS = tuple(field for field in InboundEvent._meta.concrete_fields if not field.primary_key)
+_PER_REQUEST = ("bot", "event_id", "message_id", "event_type", "payload", "received_at")
+_DEFAULTS = {field.name: field.get_default() for field in _FIELDS if field.name not in _PER_REQUEST}
 _INSERT = (
-    f"INSERT INTO {InboundEvent._meta.db_table}"
-    " (bot_id, event_id, message_id, event_type, payload, status, attempts, error, received_at)"
-    " VALUES (%s, %s, %s, %s, %s, %s, 0, '', %s)"
+    f'INSERT INTO "{InboundEvent._meta.db_table}" ({", ".join(chr(34) + field.column + chr(34) for field in _FIELDS)})'
+    f" VALUES ({', '.join(['%s'] * len(_FIELDS))})"
 )
 
 
@@ -56,17 +59,15 @@ def floor(request: HttpRequest, bot_slug: str) -> HttpResponse:
     if bot_pk is None:
         bot_pk = _bot_pks[bot_slug] = Bot.objects.values_list("pk", flat=True).get(slug=bot_slug)
     message_id = f"om_floor_{os.getpid()}_{next(_counter)}"  # unique across the server's workers
+    values = {
+        "bot": bot_pk,
+        "event_id": f"floor_{message_id}",
+        "message_id": message_id,
+        "event_type": "im.message.receive_v1",
+        "payload": _TEMPLATE_HEAD + message_id + _TEMPLATE_TAIL,  # JSON text, as the column's literal
+        "received_at": timezone.now(),
+        **_DEFAULTS,
+    }
     with connection.cursor() as cursor:
-        cursor.execute(
-            _INSERT,
-            [
-                bot_pk,
-                f"floor_{message_id}",
-                message_id,
-                "im.message.receive_v1",
-                _TEMPLATE_HEAD + message_id + _TEMPLATE_TAIL,
-                InboundEvent.Status.PENDING,
-                timezone.now(),
-            ],
-        )
+        cursor.execute(_INSERT, [values[field.name] for field in _FIELDS])
     return JsonResponse({"msg": "success"})
