@@ -28,10 +28,11 @@ view, so issue 5's ratio to the trivial view (>= 0.5) was out of reach while the
 issue 11 restates the target against the floor view above.
 Measured (wave 3, PostgreSQL 15 + Redis 7, load average 7-10 on the 2 shared cores, so every figure is noisy):
 webhook/floor 0.47 with the ORM's create and 0.46, 0.47 with the store as one `INSERT ... ON CONFLICT DO NOTHING`
-(1.23 against 0.94 ms of CPU per store, interleaved in one process at load 7: lost in this bench's noise); in-process CPU per request at load ~5:
+(1.23 against 0.94 ms of CPU per store, interleaved in one process at load 7: lost in this bench's noise), and 0.53
+in the quietest run (load 1.3 at its start, 4.4 at its end: trivial 806, floor 458, webhook 241 req/s); in-process CPU per request at load ~5:
 trivial 0.55-1.0 ms, floor 1.4-1.9 ms, webhook 4.4-6.1 ms, of which Celery's `apply_async` 1.5-2.2 ms (kombu
 builds a new redis-py client per publish), lark-oapi's `do()` 0.2-0.3 ms, our pre-checks and decrypt 0.1-0.2 ms.
-Neither view carries 500 events/s on this machine while it is that loaded (the floor's own p99 was 20-24 s).
+Neither view carries 500 events/s on this machine while it is that loaded (the floor's own p99 was 4.5 s in the quiet run, 20-24 s in the others).
 An outbox relay (a `publish_pending` column with a partial index, batches claimed with SKIP LOCKED, published
 through kombu's `Producer.batch()` pipeline, woken by an AFTER INSERT trigger's NOTIFY) measured 0.56 against
 inline's 0.47 one run apart at load 8-10 (0.63 when it polled every 5 ms instead, burning 17 s of CPU), and stored -> broker p50/p99 45/190 ms against 32/74 ms: NOTIFY wakes
