@@ -4,6 +4,7 @@ turn and one reply however often it arrives. A broker outage loses nothing: the 
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import TestCase
 from django.utils import timezone
 from kombu.exceptions import OperationalError
@@ -188,15 +189,20 @@ def test_f2_t2_a_feishu_turn_the_broker_took_is_swept_only_after_the_redelivery_
     assert Turn.objects.get(pk=turn.pk).enqueued_at > stale
 
 
-def test_f1_database_outage_answers_503_so_feishu_retries(feishu, make_feishu_bot, mocker):
+def test_f1_database_outage_answers_503_so_feishu_retries(feishu, make_feishu_bot):
     from django.db import OperationalError as DatabaseOperationalError
 
     bot = make_feishu_bot()
-    mocker.patch.object(InboundEvent.objects, "create", side_effect=DatabaseOperationalError("server closed"))
 
-    response, _ = feishu.say(bot, text="hello", mention=[bot])
+    def server_closed_on_store(execute, sql, params, many, context):
+        # The store's INSERT, whichever way it is issued, meets a connection the server closed.
+        if sql.lstrip().upper().startswith("INSERT") and InboundEvent._meta.db_table in sql:
+            raise DatabaseOperationalError("server closed")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(server_closed_on_store):
+        response, _ = feishu.say(bot, text="hello", mention=[bot])
 
     assert response.status_code == 503
     assert response.json() == {"message": "Temporarily unavailable.", "extra": {}}
-    mocker.stopall()
     assert InboundEvent.objects.count() == 0
