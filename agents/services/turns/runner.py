@@ -208,6 +208,7 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Turn | None:
         thread=turn.thread,
         before_id=turn.user_message.pk,
         limit=context_messages_upper_bound(context_window=model.context_window),
+        assembly_fields_only=True,
     )
     primary = primary_input_build(
         model=model,
