@@ -11,6 +11,9 @@ model thinks or a channel talks to Feishu:
 4. store the reply (conditional on `reply_message IS NULL`): status `replied`; two racing runs keep one reply;
 5. deliver (channel.deliver, idempotent by its uuids): `delivered`, or a retry later, or `delivery_failed`.
 
+The run works on the one Turn its claim read: every ledger write updates it in place (the channel's notes too), so
+no step re-reads the row; only a run that lost a race to another run of the same turn re-reads the winner's.
+
 A worker killed anywhere leaves a queued, running or replied turn; the redelivered task (acks_late) or the
 sweeper (sweep.py) runs it again from step 1 and it completes once. Transient provider and delivery errors
 raise `TurnRetryLater` with the backoff to wait (the Celery task retries), a bounded number of times.
