@@ -221,8 +221,18 @@ CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 # With acks_late tasks, a killed worker's message comes back after this long (Redis transport).
 # (The embedded SQLAlchemy transport takes none: kombu would hand them to SQLAlchemy's create_engine.)
 # "priority": a worker takes from its queues in CELERY_TASK_QUEUES' order, not round robin (below).
+# Issue 10: kombu looks for messages past their visibility timeout every `unacked_restore_interval` seconds, but
+# by default scans Redis only on every 10th look (`unacked_restore_throttle`), so a killed worker's task came back
+# up to ~100 s after its timeout; a streamed turn then showed a draft card that long. One scan (a ZRANGE on the
+# unacked index) per interval costs nothing; the throttle is set to 1 so the interval alone decides.
+CELERY_UNACKED_RESTORE_INTERVAL_SECONDS = env.int("CELERY_UNACKED_RESTORE_INTERVAL", default=10)
 CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {"visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600), "queue_order_strategy": "priority"}
+    {
+        "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=600),
+        "queue_order_strategy": "priority",
+        "unacked_restore_interval": CELERY_UNACKED_RESTORE_INTERVAL_SECONDS,
+        "unacked_restore_throttle": 1,
+    }
     if REDIS_URL
     else {}
 )

@@ -9,18 +9,35 @@ import time
 
 import pytest
 
+from amuxweb.feishu.models import OutboundDelivery
+from amuxweb.feishu.outbound import streaming
 from amuxweb.feishu.outbound.streaming import StreamingCard, StreamState
+from amuxweb.feishu.services.delivery import delivery_uuid, plain_replies_send
 
 pytestmark = pytest.mark.django_db
 
 CARD_ROUTES = ("card_content", "card_settings")
 # The chat's send budget refills a token every ~0.22 s; waiting this long lets the next update through.
 BUDGET_INTERVAL_SECONDS = 0.3
+FALLBACK_PURPOSE = "stream-fallback"
 
 
 def _card(bot, stored: list[dict], *, state: StreamState | None = None, **options) -> StreamingCard:
     def on_state(current: StreamState) -> None:
         stored.append(copy.deepcopy(current.as_dict()))
+
+    def send_plain(text: str, state: StreamState) -> list[str]:  # as the turn's: delivery's chunk path
+        return plain_replies_send(
+            bot=bot,
+            turn=None,
+            chat_id="oc_group",
+            reply_to_message_id="om_src",
+            reply_in_thread=True,
+            text=text,
+            source_message_id="om_src",
+            purpose=FALLBACK_PURPOSE,
+            first_chunk_index=len(state.card_message_ids),
+        )
 
     return StreamingCard(
         bot=bot,
@@ -29,6 +46,7 @@ def _card(bot, stored: list[dict], *, state: StreamState | None = None, **option
         reply_in_thread=True,
         uuid_base="amux-answer-1",
         on_state=on_state,
+        send_plain=send_plain,
         state=state,
         **options,
     )
@@ -79,27 +97,97 @@ def test_r3_a_streamed_answer_is_one_card_in_one_reply_ending_with_the_whole_tex
     assert (state.message_id, state.sequence) == (reply["message_id"], sequences[-1])
 
 
+class FakeClock:
+    """The throttle's clock, moved by the test (and by the controller's own waits): decisions, not wall time."""
+
+    def __init__(self) -> None:
+        self.value = 1_000.0
+
+    def __call__(self) -> float:
+        return self.value
+
+    def sleep(self, seconds: float) -> None:
+        self.value += seconds
+
+
 def test_r3_updates_per_second_per_card_stay_at_most_10_under_a_fast_producer_with_an_idle_budget(
     feishu_stub, make_feishu_bot, mocker
 ):
-    # given: the budget never says no, the throttle alone keeps the pace; a character every millisecond
+    # given: the budget never says no, the throttle alone keeps the pace; a character every millisecond of a
+    # clock the test moves (1.5 s of it), so what is measured is the throttle's decisions, not the machine's speed
     mocker.patch("amuxweb.feishu.outbound.streaming.send_budget_try", return_value=True)
+    # the stub's per-card limit counts wall-clock arrivals, which a moved clock compresses: the gaps are asserted
+    # on the controller's own clock instead (with the real clock they are the same gaps in real time)
+    feishu_stub.rate_limits_enabled = False
     bot = make_feishu_bot()
-    card = _card(bot, [], interval_ms=0, update_chars=1)
+    clock = FakeClock()
+    card = _card(bot, [], interval_ms=0, update_chars=1, monotonic=clock, sleep=clock.sleep)
     text = "x" * 1500
+    pushed_at: list[float] = []  # the clock when each card update was sent
     # when
-    started = time.monotonic()
     for count in range(1, len(text) + 1):
+        before = len(feishu_stub.requests_to("card_content"))
         card.update(text[:count])
-        time.sleep(0.001)
+        pushed_at += [clock()] * (len(feishu_stub.requests_to("card_content")) - before)
+        clock.sleep(0.001)
     state = card.finish(text)
-    elapsed = time.monotonic() - started
-    # then
+    # then: never two updates closer than 120 ms of the clock (so at most 9 in any second, Feishu allows 10),
+    # and none held back longer than that (plus the producer's 1 ms step): it streamed at that pace
+    gaps = [later - earlier for earlier, later in zip(pushed_at, pushed_at[1:], strict=False)]
+    assert min(gaps) >= streaming.MIN_UPDATE_GAP_SECONDS - 1e-9
+    assert max(gaps) <= streaming.MIN_UPDATE_GAP_SECONDS + 0.001 + 1e-9
+    assert len(pushed_at) >= 1.5 // (streaming.MIN_UPDATE_GAP_SECONDS + 0.001)
+    # the sequences count up one per call, every call was accepted, the card ends with the whole text
     calls = _card_requests(feishu_stub, state.card_id)
-    assert feishu_stub.max_per_second(calls) <= 10
-    assert len(calls) >= 8 * elapsed - 2  # and it did stream at about that pace, not once at the end
+    assert [call.body["sequence"] for call in calls] == list(range(1, len(calls) + 1))
     assert [c.status for c in calls] == [200] * len(calls)
     assert feishu_stub.card_text(state.card_id) == text
+
+
+def test_r3_the_card_is_created_at_the_first_text_with_it_so_the_reply_shows_content_at_once(
+    feishu_stub, make_feishu_bot
+):
+    # given: a card whose model has not written anything yet
+    bot = make_feishu_bot()
+    stored: list[dict] = []
+    card = _card(bot, stored)
+    # when: an empty delta (a stream's role-only first chunk), then the first words
+    card.update("")
+    assert feishu_stub.requests == []  # no empty card waits for the model
+    card.update("The first words")
+    # then: the card was created holding them, before the reply that carries it; no content update was needed
+    [create] = feishu_stub.accepted("card_create")
+    [reply] = feishu_stub.requests_to("reply")
+    assert create.at < reply.at
+    assert json.loads(create.body["data"])["body"]["elements"][0]["content"] == "The first words"
+    assert feishu_stub.requests_to("card_content") == []
+    [sent] = feishu_stub.sent
+    assert feishu_stub.message_text(sent) == "The first words"
+    # the text the card holds was stored with its id, before the reply: a re-run knows what it shows
+    card_stored = next(snapshot for snapshot in stored if snapshot["card_id"])
+    assert (card_stored["shown"], card_stored["sequence"], card_stored["message_id"]) == ("The first words", 0, "")
+    # and an answer that was all there at the first text needs no content update at all, only the close
+    state = card.finish("The first words")
+    assert feishu_stub.requests_to("card_content") == []
+    assert [c.route for c in _card_requests(feishu_stub, state.card_id)] == ["card_settings"]
+    assert feishu_stub.card_text(state.card_id) == "The first words"
+
+
+def test_r3_a_first_text_longer_than_a_card_starts_the_card_empty_and_rolls_over(feishu_stub, make_feishu_bot):
+    # given: the first text the card sees is already more than one card holds (a re-run after a long stream)
+    bot = make_feishu_bot()
+    card = _card(bot, [], card_chars=100)
+    text = "\n\n".join(f"Paragraph {n} " + "w" * 30 for n in range(6))
+    # when
+    card.update(text)
+    state = card.finish(text)
+    # then: no card was created with more than it holds, and the cards together show the whole text once
+    for create in feishu_stub.accepted("card_create"):
+        assert len(json.loads(create.body["data"])["body"]["elements"][0]["content"]) <= 100
+    texts = [feishu_stub.card_text(card_id) for card_id in [c["card_id"] for c in state.closed_cards] + [state.card_id]]
+    assert all(len(shown) <= 100 for shown in texts)
+    assert "\n\n".join(texts) == text
+    assert len(feishu_stub.sent) == len(texts) >= 2
 
 
 def test_r3_a_rerun_from_the_stored_state_continues_on_the_same_card(feishu_stub, make_feishu_bot):
@@ -156,9 +244,17 @@ def test_r3_a_refused_card_falls_back_to_one_plain_reply_with_the_whole_text(fei
     assert (reply["msg_type"], json.loads(reply["content"]), reply["uuid"]) == (
         "text",
         {"text": "Partial answer, complete."},
-        "amux-answer-1-f0",
+        delivery_uuid(bot=bot, source_message_id="om_src", purpose=FALLBACK_PURPOSE, chunk_index=0),
     )
     assert (state.is_fallback, state.is_finished, state.fallback_message_ids) == (True, True, [reply["message_id"]])
+    # sent through delivery's chunk path: its row, written before the send, says so
+    [row] = OutboundDelivery.objects.all()
+    assert (row.status, row.msg_type, row.content, row.feishu_message_id) == (
+        "sent",
+        "text",
+        "Partial answer, complete.",
+        reply["message_id"],
+    )
     # and a re-run of the finished answer sends nothing more
     before = len(feishu_stub.requests)
     _card(bot, [], state=StreamState.from_dict(stored[-1])).finish("Partial answer, complete.")

@@ -220,3 +220,46 @@ def test_r3_a_5xx_on_the_cards_reply_while_streaming_is_tried_again_with_the_sam
     [reply] = feishu.stub.sent
     assert reply["msg_type"] == "interactive"
     assert feishu.stub.card_text(card_id) == ANSWER
+
+
+def test_r3_an_update_refused_after_the_card_falls_back_through_the_delivery_rows_after_the_cards(
+    feishu, make_feishu_bot, llm_stub
+):
+    # given: the card and its reply go out, then Feishu refuses a content update for good
+    bot = make_feishu_bot(primary_model=openai_model(llm_stub))
+    llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text=ANSWER), chunk_delay_seconds=0.02))
+    feishu.stub.fail_next("card_content", status=400, code=230099, msg="card content failed")
+    # when
+    feishu.say(bot, text="plan it", mention=[bot], message_id="om_q")
+    # then: the card (with what it showed) and one plain reply with the whole answer, each once, in that order
+    turn = Turn.objects.get()
+    assert turn.status == "delivered"
+    card, plain = feishu.stub.sent
+    assert card["msg_type"] == "interactive"
+    assert (plain["msg_type"], json.loads(plain["content"])) == ("text", {"text": ANSWER})
+    rows = list(OutboundDelivery.objects.filter(turn=turn).order_by("chunk_index"))
+    assert [(r.chunk_index, r.msg_type, r.status, r.feishu_message_id) for r in rows] == [
+        (0, "interactive", "sent", card["message_id"]),
+        (1, "text", "sent", plain["message_id"]),
+    ]
+    assert rows[1].content == ANSWER == stored_reply()
+
+
+def test_r3_a_plain_fallback_the_delivery_retries_sends_each_chunk_once(feishu, make_feishu_bot, llm_stub, mocker):
+    # given: a refused card, an answer of two plain messages, and a 500 on the first plain reply
+    mocker.patch("amuxweb.feishu.client.time.sleep")
+    bot = make_feishu_bot(primary_model=openai_model(llm_stub))
+    long_answer = "\n\n".join(f"Paragraph {n}: " + "word " * 200 for n in range(2 * TEXT_CHUNK_CHARS // 1000 + 2))
+    llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text=long_answer)))
+    feishu.stub.fail_next("card_create", status=400, code=300100, msg="card refused")
+    feishu.stub.fail_next("reply", status=500, code=1, msg="internal error")
+    # when
+    feishu.say(bot, text="write a lot", mention=[bot], message_id="om_q")
+    # then: the retried delivery sent the failed chunk again under its uuid and the rest once: whole answer, once
+    turn = Turn.objects.get()
+    assert (turn.status, turn.delivery_attempts) == ("delivered", 2)
+    uuids = [request.body["uuid"] for request in feishu.stub.requests_to("reply")]
+    assert uuids[0] == uuids[1] and len(set(uuids)) == len(feishu.stub.sent) >= 2
+    assert "\n\n".join(feishu.stub.sent_texts()) == long_answer == stored_reply()
+    rows = OutboundDelivery.objects.filter(turn=turn).order_by("chunk_index")
+    assert [(r.status, r.feishu_message_id) for r in rows] == [("sent", m["message_id"]) for m in feishu.stub.sent]

@@ -1,9 +1,11 @@
 """The streaming card (R3): the answer is written into a CardKit card while the model produces it.
 
 How one answer goes out:
-1. `card.create` of a JSON 2.0 card in streaming mode with one markdown element, then a reply to the source
-   message carrying the card by reference (`reply_in_thread` where the source is in a topic), with a uuid
-   fixed per (answer, card) so Feishu itself drops a second reply.
+1. At the first text (not before: no empty card waits for the model), `card.create` of a JSON 2.0 card in
+   streaming mode with one markdown element holding the text so far, then a reply to the source message
+   carrying the card by reference (`reply_in_thread` where the source is in a topic), with a uuid fixed per
+   (answer, card) so Feishu itself drops a second reply. The person sees the first words the moment the reply
+   lands; no content update has to follow it through the send budget first (as AstrBot does it).
 2. `card_element_content_update` with the whole text so far, a strictly increasing `sequence`, at most one
    update per `interval_ms` (sooner once `update_chars` new characters wait, never closer than 120 ms: Feishu
    allows 10 updates per second per card). An intermediate update takes from the send budget only if it can
@@ -12,7 +14,8 @@ How one answer goes out:
 4. Before Feishu's 10-minute streaming limit (`card_seconds`) or when the text outgrows one card, the card is
    closed at a block boundary (a fence cut open is closed and reopened) and the answer continues in a new card.
 5. When card creation, the reply or an update is refused, the rest goes out as plain text replies with the
-   whole answer (`reply_contents`, each chunk its own fixed uuid), once. A failure that is not a refusal
+   whole answer, once, through the caller's `send_plain` (delivery's chunk path: a row per chunk first, each
+   its own fixed uuid, so there is one way to send plain chunks and a re-run skips the chunks already sent). A failure that is not a refusal
    (a 5xx, a transport error, a rate limit) is not one: while streaming, the next update tries again; in
    `finish` it is raised, so the delivery is retried later with the same uuids and sequences above the last.
 
@@ -44,7 +47,6 @@ from amuxweb.feishu.outbound.cards import (
     fence_closing,
     markdown_card,
     open_fence,
-    reply_contents,
 )
 
 logger = logging.getLogger(__name__)
@@ -84,17 +86,24 @@ class StreamState:
         return cls(**known)
 
     @property
-    def message_ids(self) -> list[str]:
-        """Every message this answer posted, in order (closed cards, the current card, plain fallbacks)."""
+    def card_message_ids(self) -> list[str]:
+        """The cards' messages, in order (closed cards, then the current card)."""
         ids = [card["message_id"] for card in self.closed_cards if card.get("message_id")]
-        if self.message_id:
-            ids.append(self.message_id)
-        return ids + self.fallback_message_ids
+        return [*ids, self.message_id] if self.message_id else ids
+
+    @property
+    def message_ids(self) -> list[str]:
+        """Every message this answer posted, in order (the cards, then the plain fallbacks)."""
+        return self.card_message_ids + self.fallback_message_ids
 
 
 def stream_uuid(*, uuid_base: str, kind: str, index: int) -> str:
-    """A reply's uuid, fixed per (answer, card or chunk); Feishu's limit is 50 characters."""
+    """The uuid of the reply carrying a card, fixed per (answer, card); Feishu's limit is 50 characters."""
     return f"{uuid_base[:40]}-{kind}{index}"
+
+
+# The plain fallback: (the whole answer, the state so far) -> the message ids it posted, in order; idempotent.
+PlainSender = Callable[[str, StreamState], list[str]]
 
 
 class StreamingCard:
@@ -109,12 +118,14 @@ class StreamingCard:
         reply_in_thread: bool,
         uuid_base: str,
         on_state: Callable[[StreamState], None],
+        send_plain: PlainSender,
         state: StreamState | None = None,
         interval_ms: int | None = None,
         update_chars: int | None = None,
         card_seconds: float | None = None,
         card_chars: int = CARD_CHUNK_CHARS,
         now: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
         self.bot = bot
@@ -123,13 +134,15 @@ class StreamingCard:
         self.reply_in_thread = reply_in_thread
         self.uuid_base = uuid_base
         self.on_state = on_state
+        self.send_plain = send_plain
         self.state = state or StreamState()
         interval = settings.FEISHU_STREAM_UPDATE_INTERVAL_MS if interval_ms is None else interval_ms
         self.interval = max(MIN_UPDATE_GAP_SECONDS, interval / 1000)
         self.update_chars = settings.FEISHU_STREAM_UPDATE_CHARS if update_chars is None else update_chars
         self.card_seconds = settings.FEISHU_STREAM_CARD_SECONDS if card_seconds is None else card_seconds
         self.card_chars = card_chars
-        self.now = now
+        self.now = now  # epoch seconds: the card's age against Feishu's streaming limit (stored, survives a crash)
+        self.monotonic = monotonic  # the throttle's clock (gaps between this process' own calls)
         self.sleep = sleep or time.sleep
         self._last_push = 0.0  # monotonic time of the last update sent to the current card
         self._text = ""
@@ -142,7 +155,9 @@ class StreamingCard:
         self._text = text
         if self.state.is_finished or self.state.is_fallback:
             return
-        if not (self.state.card_id and self.state.message_id) and time.monotonic() < self._card_retry_at:
+        if not self.state.card_id and not self._body().strip():
+            return  # the card is created at the first text, with it: no empty card waits for the model
+        if not (self.state.card_id and self.state.message_id) and self.monotonic() < self._card_retry_at:
             return  # Feishu failed the card a moment ago: not once per token of the answer
         if not self._ensure_card():
             return
@@ -152,7 +167,7 @@ class StreamingCard:
         body = self._body()
         if body == self.state.shown:
             return
-        since = time.monotonic() - self._last_push
+        since = self.monotonic() - self._last_push
         waiting = len(body) - len(self.state.shown)
         if since < MIN_UPDATE_GAP_SECONDS or (since < self.interval and waiting < self.update_chars):
             return
@@ -188,10 +203,14 @@ class StreamingCard:
         state = self.state
         try:
             if not state.card_id:
+                # The card starts WITH the text so far (when it fits; else the rollover cuts it by updates): the
+                # reply that carries it shows content the moment it lands, one content update fewer.
+                body = self._body()
+                initial = body if len(body) <= self.card_chars else state.carry
                 send_budget_acquire(chat_id="", app_id=self.bot.feishu_app_id, sleep=self.sleep)
-                card = markdown_card(text=state.carry or STREAMING_PLACEHOLDER, streaming=True)
+                card = markdown_card(text=initial or STREAMING_PLACEHOLDER, streaming=True)
                 state.card_id = feishu_client.card_create(bot=self.bot, card=card, sleep=self.sleep)
-                state.sequence, state.shown, state.opened_at, state.message_id = 0, "", self.now(), ""
+                state.sequence, state.shown, state.opened_at, state.message_id = 0, initial, self.now(), ""
                 self.on_state(state)  # stored before the reply that carries it: a re-run replies with this card
             if not state.message_id:
                 send_budget_acquire(chat_id=self.chat_id, app_id=self.bot.feishu_app_id, sleep=self.sleep)
@@ -210,7 +229,7 @@ class StreamingCard:
             if error.is_retryable:
                 if self._final:
                     raise
-                self._card_retry_at = time.monotonic() + max(self.interval, CARD_RETRY_SECONDS)
+                self._card_retry_at = self.monotonic() + max(self.interval, CARD_RETRY_SECONDS)
                 return False  # a later update tries again
             self._fall_back(error, step="card")
             return False
@@ -233,7 +252,7 @@ class StreamingCard:
         state.sequence += 1
         state.shown = body
         self.on_state(state)  # the sequence is stored before it is used: a re-run never reuses it
-        self._last_push = time.monotonic()
+        self._last_push = self.monotonic()
         try:
             feishu_client.card_element_content_update(
                 bot=self.bot,
@@ -261,7 +280,7 @@ class StreamingCard:
         return True
 
     def _wait_gap(self) -> None:
-        gap = MIN_UPDATE_GAP_SECONDS - (time.monotonic() - self._last_push)
+        gap = MIN_UPDATE_GAP_SECONDS - (self.monotonic() - self._last_push)
         if gap > 0:
             self.sleep(gap)
 
@@ -273,7 +292,7 @@ class StreamingCard:
         state.sequence += 1
         self.on_state(state)
         self._wait_gap()
-        self._last_push = time.monotonic()
+        self._last_push = self.monotonic()
         try:
             feishu_client.card_settings_update(
                 bot=self.bot,
@@ -332,7 +351,7 @@ class StreamingCard:
         state.sequence += 1
         state.shown = body
         self.on_state(state)
-        self._last_push = time.monotonic()
+        self._last_push = self.monotonic()
         try:
             feishu_client.card_element_content_update(
                 bot=self.bot,
@@ -359,22 +378,7 @@ class StreamingCard:
 
     def _fallback_send(self, text: str) -> None:
         state = self.state
-        contents = reply_contents(text=text, reply_format="text")
-        for index, content in enumerate(contents):
-            if index < len(state.fallback_message_ids):
-                continue  # sent before a crash
-            send_budget_acquire(chat_id=self.chat_id, app_id=self.bot.feishu_app_id, sleep=self.sleep)
-            sent = feishu_client.message_reply_content(
-                bot=self.bot,
-                message_id=self.reply_to_message_id,
-                msg_type=content.msg_type,
-                content=content.content,
-                uuid=stream_uuid(uuid_base=self.uuid_base, kind="f", index=index),
-                reply_in_thread=self.reply_in_thread,
-                sleep=self.sleep,
-            )
-            state.fallback_message_ids.append(sent.message_id)
-            self.on_state(state)
+        state.fallback_message_ids = self.send_plain(text, state)  # chunks sent before a crash are not sent again
         state.is_finished = True
         self.on_state(state)
 

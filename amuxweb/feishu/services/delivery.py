@@ -7,7 +7,8 @@ a final message is delayed, never dropped. A bot without Feishu credentials stil
 `recorded` instead of sent (F5).
 
 A streamed reply (the card of outbound.streaming) is sent by its controller; `stream_deliveries_record` writes its
-messages here as sent rows, so replies to a card route to the bot and its echo is recognised, as for any reply.
+cards here as sent rows, so replies to a card route to the bot and its echo is recognised, as for any reply. When
+Feishu refuses the card, its plain fallback goes through the chunk path above (`plain_replies_send`).
 """
 
 import hashlib
@@ -29,7 +30,6 @@ from amuxweb.feishu.outbound.cards import (
     ReplyFormat,
     markdown_chunks,
     outbound_content,
-    reply_contents,
 )
 from amuxweb.feishu.outbound.streaming import StreamState, stream_uuid
 
@@ -62,8 +62,12 @@ def deliveries_prepare(
     source_message_id: str,
     purpose: str = "turn",
     reply_format: ReplyFormat = "text",
+    first_chunk_index: int = 0,
 ) -> list[OutboundDelivery]:
     """One row per chunk, created before anything is sent; a repeated call returns the same rows.
+
+    `first_chunk_index`: where these chunks start among the turn's messages (a streamed reply's plain fallback
+    comes after the cards it posted); the uuids count from 0 per purpose either way.
 
     Insert first (in a savepoint): a new reply, the common case, costs one INSERT per chunk; the uuid's unique
     constraint turns a repeated call (a re-run's delivery) into a read of the row it made.
@@ -78,7 +82,7 @@ def deliveries_prepare(
                     uuid=uuid,
                     bot=bot,
                     turn=turn,
-                    chunk_index=index,
+                    chunk_index=first_chunk_index + index,
                     chat_id=chat_id,
                     reply_to_message_id=reply_to_message_id,
                     reply_in_thread=reply_in_thread,
@@ -153,6 +157,34 @@ def deliveries_send(*, deliveries: list[OutboundDelivery]) -> list[OutboundDeliv
     return [delivery_send(delivery=delivery) for delivery in deliveries]
 
 
+def plain_replies_send(
+    *,
+    bot: Bot,
+    turn: Turn | None,
+    chat_id: str,
+    reply_to_message_id: str,
+    reply_in_thread: bool,
+    text: str,
+    source_message_id: str,
+    purpose: str,
+    first_chunk_index: int = 0,
+) -> list[str]:
+    """A whole text as plain text replies, rows first (fixed uuids: a repeated call sends only what is not sent
+    yet); the message ids, in order. The streaming card's fallback. Raises FeishuApiError as `delivery_send`."""
+    rows = deliveries_prepare(
+        bot=bot,
+        turn=turn,
+        chat_id=chat_id,
+        reply_to_message_id=reply_to_message_id,
+        reply_in_thread=reply_in_thread,
+        text=text,
+        source_message_id=source_message_id,
+        purpose=purpose,
+        first_chunk_index=first_chunk_index,
+    )
+    return [row.feishu_message_id for row in deliveries_send(deliveries=rows)]
+
+
 def stream_deliveries_record(
     *,
     bot: Bot,
@@ -162,13 +194,13 @@ def stream_deliveries_record(
     reply_in_thread: bool,
     state: StreamState,
     uuid_base: str,
-    final_text: str = "",
 ) -> list[OutboundDelivery]:
-    """The messages a streamed reply posted (its cards, then any plain fallback), as sent rows in order.
+    """The cards a streamed reply posted, as sent rows in order (a plain fallback has its own rows, written by
+    `plain_replies_send` before it is sent, after these).
 
     Written as soon as a message id is known (the card's echo and a reply to it are recognised while it streams)
-    and again when the answer is finished, with what each message shows (`final_text`: the whole answer).
-    Keyed by the controller's own uuids, so a re-run finds the same rows.
+    and again when the answer is finished, with what each card shows. Keyed by the controller's own uuids, so a
+    re-run finds the same rows.
     """
     entries: list[tuple[str, str, str, str]] = []  # (uuid, message_id, msg_type, content)
     for index, card in enumerate(state.closed_cards):
@@ -177,13 +209,6 @@ def stream_deliveries_record(
     if state.message_id:
         uuid = stream_uuid(uuid_base=uuid_base, kind="c", index=state.card_index)
         entries.append((uuid, state.message_id, "interactive", state.shown))
-    fallback_texts = (
-        [c.content["text"] for c in reply_contents(text=final_text, reply_format="text")] if final_text else []
-    )
-    for index, message_id in enumerate(state.fallback_message_ids):
-        uuid = stream_uuid(uuid_base=uuid_base, kind="f", index=index)
-        text = fallback_texts[index] if index < len(fallback_texts) else ""
-        entries.append((uuid, message_id, "text", text))
     rows = []
     now = timezone.now()
     for chunk_index, (uuid, message_id, msg_type, content) in enumerate(entries):

@@ -24,7 +24,7 @@ from amuxweb.feishu.messages import bot_text
 from amuxweb.feishu.outbound.budget import send_budget_acquire
 from amuxweb.feishu.outbound.streaming import StreamingCard, StreamState
 from amuxweb.feishu.parsing import ParsedMessage
-from amuxweb.feishu.services.delivery import delivery_uuid, stream_deliveries_record
+from amuxweb.feishu.services.delivery import delivery_uuid, plain_replies_send, stream_deliveries_record
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ RECEIPT_TRIGGERS = frozenset({Turn.Trigger.MENTION, Turn.Trigger.REPLY, Turn.Tri
 RECEIPT_KEY = "receipt"
 FAILURE_REACTION_KEY = "failure_reaction"
 STREAM_KEY = "stream"
+STREAM_FALLBACK_PURPOSE = "stream-fallback"  # the uuids of a refused card's plain replies
 # One collapsed line per tool step while the answer is written (issue 15 item 5): where the call goes, in grey.
 TOOL_STEP_LINE = "<font color='grey'>⚙ {label} …</font>"
 
@@ -125,6 +126,19 @@ def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
             )
             recorded.update(state.message_ids)
 
+    def send_plain(text: str, state: StreamState) -> list[str]:
+        return plain_replies_send(
+            bot=bot,
+            turn=turn,
+            chat_id=parsed.chat_id,
+            reply_to_message_id=parsed.message_id,
+            reply_in_thread=parsed.is_in_topic,
+            text=text,
+            source_message_id=turn.source_message_id,
+            purpose=STREAM_FALLBACK_PURPOSE,
+            first_chunk_index=len(state.card_message_ids),  # after the cards' rows
+        )
+
     return StreamingCard(
         bot=bot,
         chat_id=parsed.chat_id,
@@ -132,6 +146,7 @@ def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
         reply_in_thread=parsed.is_in_topic,
         uuid_base=uuid_base,
         on_state=on_state,
+        send_plain=send_plain,
         state=stream_state_get(turn=turn),
     )
 
@@ -179,7 +194,6 @@ def stream_reply_finish(*, turn: Turn, parsed: ParsedMessage, text: str) -> list
         reply_in_thread=parsed.is_in_topic,
         state=state,
         uuid_base=stream_uuid_base(bot=turn.bot, turn=turn),
-        final_text=text,
     )
     return state.message_ids
 
