@@ -1,3 +1,4 @@
+from celery.signals import worker_init
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
@@ -7,4 +8,12 @@ class AgentsConfig(AppConfig):
     verbose_name = _("Agents")
 
     def ready(self) -> None:
+        from agents.llm.registry import provider_adapters_preload
         from agents.tools import checks  # noqa: F401 - registers the tool loop's system checks
+
+        def preload(**kwargs) -> None:
+            provider_adapters_preload()
+
+        # A Celery worker imports the SDKs of the configured provider kinds as it starts, in the parent before
+        # the pool forks, never inside a task, where a soft time limit could interrupt the import.
+        worker_init.connect(preload, weak=False, dispatch_uid="agents_provider_adapters_preload")

@@ -4,19 +4,36 @@ This module imports no service at load time (services enqueue these tasks: agent
 whatever its trigger, runs in `turn_run_task` (acks_late, reject_on_worker_lost): a worker killed mid-turn leaves
 the message unacknowledged, the broker redelivers it and the idempotent turn completes exactly once. A transient
 failure comes back as `TurnRetryLater` and becomes a Celery retry after its backoff (run eagerly, without a broker,
-the task tries again at once; the ledger's attempt caps bound it either way).
+the task tries again at once; the ledger's attempt caps bound it either way). A database blip mid-turn
+(`OperationalError`, `InterfaceError`) is retried too, after a few seconds and a bounded number of times: the
+retry claims the turn again (a `running` turn is re-claimable, and the reply's conditional store keeps one
+reply), so the turn is picked up in seconds instead of waiting for the sweeper's time limit; past the bound the
+error propagates and the sweeper recovers the turn as before.
 """
 
 from celery import shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 # Above the ledger's caps (model attempts + delivery attempts), which are the real bound.
 TURN_TASK_MAX_RETRIES = 16
+# The waits before each retry of a run the database interrupted (~20 s in all, then the sweeper's turn). Few: each
+# retry claims the turn again, and a claim counts as one of its TURN_MAX_ATTEMPTS.
+DATABASE_RETRY_COUNTDOWNS_SECONDS = (2.0, 5.0, 15.0)
+
+
+def database_retry_countdown(*, database_retries: int) -> float | None:
+    """Seconds before the next retry of a run the database interrupted; None when the retries are spent."""
+    if database_retries >= len(DATABASE_RETRY_COUNTDOWNS_SECONDS):
+        return None
+    return DATABASE_RETRY_COUNTDOWNS_SECONDS[database_retries]
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_TASK_MAX_RETRIES)
-def turn_run_task(self, turn_id: int) -> str:
-    """Run turn `turn_id` through its lifecycle; the outcome ("delivered", "failed", ...)."""
+def turn_run_task(self, turn_id: int, database_retries: int = 0) -> str:
+    """Run turn `turn_id` through its lifecycle; the outcome ("delivered", "failed", ...).
+
+    `database_retries` counts the retries a database error caused so far (the retry carries it on)."""
     from agents.services.turns import TurnRetryLater, turn_run
 
     while True:
@@ -28,6 +45,15 @@ def turn_run_task(self, turn_id: int) -> str:
             # A delivery's retry skips the turns queue: the reply it carries is ready (settings.CELERY_TASK_ROUTES).
             queue = {"queue": settings.QUEUE_DELIVERIES} if exc.is_delivery else {}
             raise self.retry(exc=exc, countdown=exc.countdown_seconds, **queue) from exc
+        except (OperationalError, InterfaceError) as exc:
+            countdown = database_retry_countdown(database_retries=database_retries)
+            if countdown is None:
+                raise  # the sweeper re-runs the turn once its claim is stale
+            database_retries += 1
+            if self.request.is_eager:
+                continue  # no broker: try again at once, as above; the countdowns still bound it
+            retry_kwargs = {"turn_id": turn_id, "database_retries": database_retries}
+            raise self.retry(exc=exc, countdown=countdown, args=(), kwargs=retry_kwargs) from exc
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_TASK_MAX_RETRIES)

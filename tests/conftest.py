@@ -31,12 +31,17 @@ CELERY_WORKER_VISIBILITY_TIMEOUT_SECONDS = 3
 
 @pytest.fixture(autouse=True)
 def _fresh_process_cache():
-    """Cached rows (a workspace's reply policy, a bot's gate config) never leak from one test into the next."""
+    """Cached rows (a workspace's reply policy, a bot's gate config, an event's bot) never leak from one test into
+    the next (SQLite hands a rolled-back row's pk out again)."""
     from django.core.cache import cache
 
+    from amuxweb.feishu.services import intake
+
     cache.clear()
+    intake._bots.clear()
     yield
     cache.clear()
+    intake._bots.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -32,13 +32,16 @@ pytestmark = pytest.mark.django_db
 
 # Statements per message on each path (savepoints left out: they only mark nesting). The bounds are what each
 # path costs now, so a change that adds a query fails here and names the path. Issue 11's goal for an
-# un-addressed discuss message is 3; it is not reached (7: claim, read, the context event and its item, the wake's
-# read and write, the finish that also stores the annotated payload).
+# un-addressed discuss message is 3; it is at 5 on SQLite and 4 on PostgreSQL (was 7), each a write the design
+# needs: the claim (one UPDATE ... RETURNING, committed before the work: a dead worker's claim is taken over,
+# attempts count), the context event and its item (the seed's two tables, C1; one statement on PostgreSQL), the
+# wake (one upsert, P10), the finish that also stores the annotated payload (in the route's transaction: a
+# redelivery never records twice). The event's bot comes from the worker's process cache.
 MAX_QUERIES = {
     "intake": 1,
     "mention_new_topic": 9,
-    "mention_in_topic": 11,
-    "discuss_unaddressed": 7,
+    "mention_in_topic": 10,
+    "discuss_unaddressed": 5,
     # Issue 11 cut the turn from 35 to 22: the run's Turn is kept current by its own writes (no re-read after
     # prepare, after the reply, before each receipt call), the source message is read once per run (not once per
     # hook), the workspace comes from routing's cache, the delivery attempt is counted in the claim's or the
@@ -51,6 +54,8 @@ MAX_QUERIES = {
     # database merges it). 71 when streaming landed; 49 after issue 11's cuts above (+1 for a budget wait).
     "turn_card": 50,
 }
+# Where PostgreSQL needs fewer: a new context event and its item are one statement there (a data-modifying CTE).
+MAX_QUERIES_POSTGRESQL = {"discuss_unaddressed": 4}
 
 
 def _post(client, bot, **message):
@@ -120,7 +125,8 @@ def _pg_full_scans(node: dict) -> list[str]:
 
 def _assert_hot_path(name: str, statements: list[str]) -> None:
     listing = "\n".join(statement[:160] for statement in statements)
-    assert len(statements) <= MAX_QUERIES[name], f"{name}: {len(statements)} queries\n{listing}"
+    bounds = {**MAX_QUERIES, **(MAX_QUERIES_POSTGRESQL if connection.vendor == "postgresql" else {})}
+    assert len(statements) <= bounds[name], f"{name}: {len(statements)} queries\n{listing}"
     assert _full_scans(statements) == [], name
 
 

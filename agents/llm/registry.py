@@ -15,12 +15,19 @@ request. google-genai never retries unless asked: it gets the same count as `Htt
 import base64
 import functools
 import importlib
+import logging
+import sys
+import threading
 
 from django.conf import settings as django_settings
+from django.db import DatabaseError
+from django.db import connections as db_connections
 
 from agents.llm.base import CompletionRequest, LLMClient, PermanentError
 from agents.llm.settings import ProviderSettings
 from agents.models import LLMModel, Provider
+
+logger = logging.getLogger(__name__)
 
 # The adapter of each provider kind, imported on first use: importing a provider SDK costs 1-3 s of CPU and tens
 # of MB (openai, anthropic, google-genai; issue 11), and a process uses one kind or none - a management command
@@ -34,9 +41,53 @@ ADAPTERS: dict[str, str] = {
 }
 
 
+_adapter_import_lock = threading.Lock()
+
+
 def adapter_class(kind: str) -> type:
+    """The adapter class of a provider kind, importing its SDK on first use.
+
+    An import interrupted half-way (a Celery soft time limit fires inside it, a KeyboardInterrupt) leaves
+    behind the modules it finished, some holding references to the half-run ones Python then drops: the next
+    import would succeed on that mix and every later call in the process would fail. So every module the failed
+    attempt added is dropped, and the next attempt imports the whole SDK afresh. Workers avoid the case by
+    importing the configured kinds at boot (`provider_adapters_preload`).
+    """
     module_name, _, class_name = ADAPTERS[kind].rpartition(".")
-    return getattr(importlib.import_module(module_name), class_name)
+    with _adapter_import_lock:  # one import at a time, so a failure drops only its own modules
+        before = set(sys.modules)
+        try:
+            module = importlib.import_module(module_name)  # a dictionary look-up once imported
+        except BaseException:
+            for name in set(sys.modules) - before:
+                sys.modules.pop(name, None)
+            raise
+    return getattr(module, class_name)
+
+
+def provider_kinds_configured() -> list[str]:
+    """The kinds of the enabled providers, each once (what a worker will call)."""
+    kinds = Provider.objects.filter(is_enabled=True).values_list("kind", flat=True).distinct()
+    return sorted(kind for kind in kinds if kind in ADAPTERS)
+
+
+def provider_adapters_preload() -> list[str]:
+    """Import the adapters (and SDKs) of the configured provider kinds now; returns the kinds loaded.
+
+    A worker calls this as it boots, before the pool forks: an SDK import then never runs inside a task, where a
+    soft time limit could interrupt it, and the children share its pages. A database not reachable or not
+    migrated yet loads nothing: the first turn then imports its adapter, as before.
+    """
+    try:
+        kinds = provider_kinds_configured()
+    except DatabaseError as error:
+        logger.warning("provider adapters not preloaded", extra={"error_type": type(error).__name__})
+        return []
+    finally:
+        db_connections.close_all()  # the pool's children must not share this process's database connection
+    for kind in kinds:
+        adapter_class(kind)
+    return kinds
 
 
 def provider_settings(*, provider: Provider) -> ProviderSettings:

@@ -17,6 +17,7 @@ class FeishuConfig(AppConfig):
 
         from agents.models import Bot, Thread
         from agents.services.turns import channel_register
+        from amuxweb.feishu.services.intake import bot_cache_forget
         from amuxweb.feishu.services.turns import FeishuAutomationChannel, FeishuChannel
 
         # The bridge's channels of the one turn pipeline (agents defines the port and never imports the bridge).
@@ -24,6 +25,7 @@ class FeishuConfig(AppConfig):
         channel_register(Thread.Channel.AUTOMATION, FeishuAutomationChannel())
 
         def forget(sender, instance, **kwargs) -> None:
+            bot_cache_forget(bot_pk=instance.pk)  # the intake worker's cache of an event's bot
             # A process that never loaded the webhook (a command, beat) caches no bot: reading the lazy module
             # here would import lark-oapi for nothing (amuxweb.feishu).
             if lazy_module_is_loaded("amuxweb.feishu.webhook"):
@@ -33,7 +35,7 @@ class FeishuConfig(AppConfig):
         # never inside a task (the WSGI app does the same in amuxweb/wsgi.py).
         worker_init.connect(_lark_modules_load, weak=False, dispatch_uid="feishu_lark_modules_load")
 
-        # The webhook's per-process bot cache: a save or delete in this process takes effect at once.
+        # The webhook's and the intake worker's per-process bot caches: a save or delete here takes effect at once.
         post_save.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_save")
         post_delete.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_delete")
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -163,42 +163,96 @@ def discuss_wake_schedule(
     workspace = workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id)
     root_msg_id = discuss_wake_key(workspace=workspace, root_msg_id=root_msg_id)
     initial, maximum = debounce_delays(bot=bot)
-    for _ in range(3):
-        with transaction.atomic():
-            wake = (
-                DiscussWake.objects.select_for_update()
-                .filter(bot=bot, chat_id=chat_id, root_msg_id=root_msg_id, status=DiscussWake.Status.PENDING)
-                .first()
-            )
-            if wake is not None:
-                if message_id not in wake.message_ids:
-                    wake.message_ids = [*wake.message_ids, message_id]
-                wake.last_message_id = message_id
-                wake.due_at = max(wake.due_at, min(now + initial, wake.deadline_at))
-                wake.save(update_fields=["message_ids", "last_message_id", "due_at", "updated_at"])
-                # No new task: the queued one re-checks due_at and re-schedules itself.
-                return wake
-            try:
-                with transaction.atomic():
-                    wake = DiscussWake.objects.create(
-                        bot=bot,
-                        chat_id=chat_id,
-                        root_msg_id=root_msg_id,
-                        message_ids=[message_id],
-                        last_message_id=message_id,
-                        first_message_at=now,
-                        due_at=now + initial,
-                        deadline_at=now + maximum,
-                    )
-            except IntegrityError:
-                continue  # another worker opened the wake for this topic a moment ago: extend that one
-            _fire_enqueue(wake_id=wake.pk, eta=wake.due_at)
-            logger.info(
-                "discuss wake opened",
-                extra={"bot_id": bot.pk, "wake_id": wake.pk, "chat_id": chat_id, "root_msg_id": root_msg_id},
-            )
-            return wake
-    raise RuntimeError("discuss wake could not be opened or extended")  # pragma: no cover - three lost races
+    wake = discuss_wake_upsert(
+        bot=bot,
+        chat_id=chat_id,
+        root_msg_id=root_msg_id,
+        message_id=message_id,
+        due_at=now + initial,
+        deadline_at=now + maximum,
+        first_message_at=now,
+    )
+    if wake.message_ids != [message_id]:
+        return wake  # extended: no new task, the queued one re-checks due_at and re-schedules itself
+    # Opened (or, after an admin's reprocess, the same lone message again: a second task finds the wake claimed
+    # or not due, and fires nothing twice).
+    _fire_enqueue(wake_id=wake.pk, eta=wake.due_at)
+    logger.info(
+        "discuss wake opened",
+        extra={"bot_id": bot.pk, "wake_id": wake.pk, "chat_id": chat_id, "root_msg_id": root_msg_id},
+    )
+    return wake
+
+
+# The extension of a pending wake by one message, per database: append the message id unless it is there, and
+# move due_at to the new message's due time, never earlier than it was and never past the wake's deadline.
+_WAKE_EXTEND_SQL = {
+    "postgresql": (
+        "message_ids = CASE WHEN {t}.message_ids @> jsonb_build_array(EXCLUDED.last_message_id)"
+        " THEN {t}.message_ids ELSE {t}.message_ids || jsonb_build_array(EXCLUDED.last_message_id) END,"
+        " due_at = GREATEST({t}.due_at, LEAST(EXCLUDED.due_at, {t}.deadline_at))"
+    ),
+    # Django stores SQLite datetimes as UTC text of one shape ('YYYY-MM-DD HH:MM:SS[.ffffff]'): ordered as text.
+    "sqlite": (
+        "message_ids = CASE WHEN EXISTS (SELECT 1 FROM json_each({t}.message_ids) WHERE value = excluded.last_message_id)"
+        " THEN {t}.message_ids ELSE json_insert({t}.message_ids, '$[#]', excluded.last_message_id) END,"
+        " due_at = max({t}.due_at, min(excluded.due_at, {t}.deadline_at))"
+    ),
+}
+
+
+def discuss_wake_upsert(
+    *,
+    bot: Bot,
+    chat_id: str,
+    root_msg_id: str,
+    message_id: str,
+    due_at: datetime,
+    deadline_at: datetime,
+    first_message_at: datetime,
+) -> DiscussWake:
+    """Open the pending wake of (bot, chat, key) or extend it by one message, in one statement (issue 11).
+
+    INSERT ... ON CONFLICT on the partial unique index of pending wakes ... DO UPDATE ... RETURNING: two workers
+    scheduling the same topic at once end with one wake holding both messages (the second waits for the first's
+    row, then extends it), with no read first, no row lock held across statements and no retry loop. Django's
+    bulk_create(update_conflicts=True) cannot name a partial index's condition nor compute the new values from
+    the old row, hence the raw SQL. A wake opened here holds exactly [message_id].
+    """
+    meta = DiscussWake._meta
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    written = timezone.now()  # created_at / updated_at, as auto_now would set them
+    values = {
+        "bot_id": bot.pk,
+        "chat_id": chat_id,
+        "root_msg_id": root_msg_id,
+        "status": DiscussWake.Status.PENDING,
+        "message_ids": meta.get_field("message_ids").get_db_prep_save([message_id], connection),
+        "last_message_id": message_id,
+        "first_message_at": first_message_at,
+        "due_at": due_at,
+        "deadline_at": deadline_at,
+        "attempts": 0,
+        "error": "",
+        "created_at": written,
+        "updated_at": written,
+    }
+    adapt = connection.ops.adapt_datetimefield_value
+    params = [adapt(value) if isinstance(value, datetime) else value for value in values.values()]
+    returning = ", ".join(quote(field.column) for field in meta.concrete_fields)
+    extend = _WAKE_EXTEND_SQL[connection.vendor].format(t=table)
+    sql = (
+        f"INSERT INTO {table} ({', '.join(quote(column) for column in values)})"
+        f" VALUES ({', '.join(['%s'] * len(values))})"
+        # The index's own condition (a literal, so PostgreSQL can match the partial index to it).
+        f" ON CONFLICT (bot_id, chat_id, root_msg_id) WHERE status = '{DiscussWake.Status.PENDING}'"
+        f" DO UPDATE SET {extend}, last_message_id = excluded.last_message_id, updated_at = excluded.updated_at"
+        f" RETURNING {returning}"
+    )
+    (wake,) = DiscussWake.objects.raw(sql, params)
+    wake.bot = bot
+    return wake
 
 
 def discuss_transcript_build(

@@ -364,6 +364,8 @@ FEISHU_ATTACHMENT_TEXT_EXTENSIONS = env.list(
 FEISHU_ATTACHMENT_FORWARD_MAX_MESSAGES = env.int("FEISHU_ATTACHMENT_FORWARD_MAX_MESSAGES", default=50)
 CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}
 # F2 needs inbound events past Feishu's 7.1 h retry window; they are kept 30 days, then pruned daily.
+# The Feishu calls a sandbox bot records for the playground (one row per send and card update) are pruned too.
+AMUX_SANDBOX_CALL_RETENTION_DAYS = env.int("AMUX_SANDBOX_CALL_RETENTION_DAYS", default=7)
 CELERY_BEAT_SCHEDULE["feishu-bridge-prune"] = {
     "task": "amuxweb.feishu.tasks.bridge_records_prune",
     "schedule": 24 * 3600.0,

@@ -154,17 +154,24 @@ def test_g6_hundred_events_with_two_drops_lose_none_and_answer_none_twice(
     bot = long_connection_bot
     connect(bot)
     message_ids = [f"om_burst_{index:03d}" for index in range(100)]
-    started = time.monotonic()
+    # One generous budget for the whole burst, shared by every wait (a bound on a hang, not a speed assertion).
+    # The SDK handles each event synchronously on its event loop, so it notices a drop only after it has stored
+    # and acknowledged every frame already received: the reconnect waits for that backlog, which under load
+    # takes far longer than the reconnect interval.
+    deadline = time.monotonic() + 90
+
+    def remaining() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
     # when: 100 events, the connection dropped after the 33rd and the 66th push (acks possibly in flight)
     frame_ids = []
     for index, message_id in enumerate(message_ids):
         frame_ids.append(ws_stub.push(dm_payload(bot, message_id=message_id, text=f"message {index}")))
         if index in (32, 65):
-            ws_stub.wait_connections(1 if index == 32 else 2, timeout=15)  # a drop of a live connection
+            ws_stub.wait_connections(1 if index == 32 else 2, timeout=remaining())  # a drop of a live connection
             ws_stub.drop()
-    ws_stub.wait_acked(frame_ids, timeout=90)
-    elapsed = time.monotonic() - started
-    # then: 0 lost, 0 answered twice, in bounded time
+    ws_stub.wait_acked(frame_ids, timeout=remaining())
+    # then: 0 lost, 0 answered twice, within the budget (each wait raises TimeoutError past it)
     assert ws_stub.connections_accepted == 3
     stored = sorted(InboundEvent.objects.filter(bot=bot).values_list("message_id", flat=True))
     assert stored == message_ids
@@ -172,7 +179,6 @@ def test_g6_hundred_events_with_two_drops_lose_none_and_answer_none_twice(
     assert len(feishu_stub.sent) == 100
     reply_targets = [request.path for request in feishu_stub.requests if request.route == "reply"]
     assert len(reply_targets) == len(set(reply_targets))
-    assert elapsed < 90
 
 
 def test_g6_wrong_app_secret_fails_without_retrying_and_records_why(ws_stub, make_feishu_bot):

@@ -14,6 +14,7 @@ from django.db import connection
 
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.models import SendBudgetBucket
+from amuxweb.feishu.outbound import budget
 from amuxweb.feishu.outbound.budget import bucket_take, send_budget_acquire, send_budget_try
 
 BOTS = 3
@@ -135,6 +136,35 @@ def test_r4_acquire_waits_for_the_next_token_and_never_drops_the_send(settings):
     waited = send_budget_acquire(chat_id="oc_wait", app_id="cli_a")
     # then: one token per 1 / (5 * 0.9) s
     assert 0.15 <= waited <= 0.5
+
+
+@pytest.mark.django_db
+def test_r4_a_database_token_is_stamped_when_spent_not_when_a_stalled_read_began(settings, monkeypatch):
+    """Under load a worker's read of the bucket rows can stall (its first query opens a connection, the thread
+    is descheduled): the token it then spends must be dated after that read, or the next worker refills from
+    the earlier stamp and sends right behind it (the sixth inside a second seen at the stub)."""
+    # given: a clock the test moves, and a first read that stalls half a second (2.25 tokens' worth at 4.5/s)
+    settings.REDIS_URL = ""
+    clock = [1_000.0]
+    monkeypatch.setattr(budget.time, "time", lambda: clock[0])
+    read_rows = budget._bucket_rows
+    stalls = [0.5]
+
+    def stalled_read(**kwargs):
+        rows = read_rows(**kwargs)
+        clock[0] += stalls.pop() if stalls else 0.0
+        return rows
+
+    monkeypatch.setattr(budget, "_bucket_rows", stalled_read)
+    assert send_budget_try(chat_id="oc_stall", app_id="cli_a") is True
+    # when: another bot sends into the chat the moment the first one's token was taken
+    second = send_budget_try(chat_id="oc_stall", app_id="cli_b")
+    # then: refused, and a token again one interval (1 / 4.5 s) after the first was spent, not before
+    assert second is False
+    clock[0] += 1 / 4.5 - 0.01
+    assert send_budget_try(chat_id="oc_stall", app_id="cli_b") is False
+    clock[0] += 0.02
+    assert send_budget_try(chat_id="oc_stall", app_id="cli_b") is True
 
 
 @pytest.mark.django_db

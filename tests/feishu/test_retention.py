@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from amuxweb.feishu.models import DiscussWake, InboundEvent
+from amuxweb.feishu.models import DiscussWake, InboundEvent, SandboxCall
 from amuxweb.feishu.tasks import bridge_records_prune
 from tests.agents.factories import BotFactory
 
@@ -51,8 +51,26 @@ def test_f2_finished_records_older_than_the_retention_are_pruned_and_everything_
     # when
     removed = bridge_records_prune.delay().get()
     # then
-    assert removed == {"inbound_events": 2, "discuss_wakes": 1}
+    assert removed == {"inbound_events": 2, "discuss_wakes": 1, "sandbox_calls": 0}
     remaining = set(InboundEvent.objects.values_list("pk", flat=True))
     assert remaining == {old_pending.pk, past_retry_window.pk}
     assert not remaining & {old_done.pk, old_ignored.pk}
     assert set(DiscussWake.objects.values_list("pk", flat=True)) == {open_wake.pk}
+
+
+def _sandbox_call(*, path: str, age: timedelta) -> SandboxCall:
+    call = SandboxCall.objects.create(app_id="sandbox-1", method="POST", path=path, body={})
+    SandboxCall.objects.filter(pk=call.pk).update(created_at=timezone.now() - age)
+    return call
+
+
+def test_sandbox_calls_older_than_their_retention_are_pruned_and_newer_ones_kept(settings):
+    # given: the playground's recorded Feishu calls, one past the retention and one inside it
+    settings.AMUX_SANDBOX_CALL_RETENTION_DAYS = 7
+    _sandbox_call(path="/open-apis/im/v1/messages/old", age=timedelta(days=7, hours=1))
+    recent = _sandbox_call(path="/open-apis/im/v1/messages/recent", age=timedelta(days=6))
+    # when
+    removed = bridge_records_prune.delay().get()
+    # then
+    assert removed == {"inbound_events": 0, "discuss_wakes": 0, "sandbox_calls": 1}
+    assert list(SandboxCall.objects.values_list("pk", flat=True)) == [recent.pk]

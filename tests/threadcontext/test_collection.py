@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from django.db import IntegrityError
+from django.db import IntegrityError, connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from tests.threadcontext.conftest import (
     CHAT_ID,
@@ -192,6 +193,33 @@ def test_c1_redelivered_message_records_nothing_twice():
     assert (second.created, second.recorded) == ((), ("human_message",))
     assert ThreadEvent.objects.count() == 1
     assert ThreadContextItem.objects.count() == 1
+
+
+def test_c1_a_new_message_and_its_item_are_one_statement_on_postgresql_two_on_sqlite():
+    # given
+    workspace = workspace_create(CODER)
+    message = inbound(CODER, "hello there", message_id="om_new")
+    # when: recorded inside the caller's transaction, as routing records it
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        outcome = thread_event_record_inbound(message=message, workspace=workspace)
+    # then: the writes (the retention prune that may follow is its own concern), on PostgreSQL without a savepoint
+    # (a duplicate is an ON CONFLICT, not a failed INSERT to roll back; SQLite's two INSERTs share one)
+    statements = [query["sql"] for query in captured]
+    writes = [statement for statement in statements if statement.startswith(("INSERT", "WITH"))]
+    assert len(writes) == (1 if connection.vendor == "postgresql" else 2), statements
+    if connection.vendor == "postgresql":
+        assert statements[0].startswith("WITH"), statements
+    (event,) = outcome.events
+    assert (event.pk, event.event_type, event.text) == (ThreadEvent.objects.get().pk, "human_message", "hello there")
+    item = ThreadContextItem.objects.get()
+    assert (item.event_id, item.message_id, item.item_type, item.text, item.token_estimate) == (
+        event.pk,
+        "om_new",
+        "human_message",
+        "hello there",
+        3,
+    )
+    assert (item.chat_id, item.root_msg_id, item.bridge_id) == (event.chat_id, event.root_msg_id, event.bridge_id)
 
 
 def test_c1_the_unique_constraint_holds_at_the_database():

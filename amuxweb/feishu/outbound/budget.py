@@ -170,9 +170,15 @@ def _database_take(buckets: list[Bucket]) -> float:
 
 
 def _database_take_once(buckets: list[Bucket], *, keys: list[str]) -> float | None:
-    """One compare-and-swap round: the wait (0 = taken), or None when another worker spent first."""
+    """One compare-and-swap round: the wait (0 = taken), or None when another worker spent first.
+
+    The clock is read after the rows, just before the swap: the refill is stamped with the moment the token is
+    spent, not with the moment this round began. A read that stalls (a worker's first query opens its
+    connection; a busy machine deschedules the thread) would otherwise stamp the token up to a second early,
+    and the next worker, refilling from that stamp, would send right behind this one (R4: a sixth inside
+    Feishu's second)."""
+    rows = _bucket_rows(keys=keys)
     now = time.time()
-    rows = _bucket_rows(keys=keys, now=now)
     wait, levels = bucket_take(
         tokens=[row.tokens for row in rows],
         refilled_at=[row.refilled_at for row in rows],
@@ -195,13 +201,15 @@ def _database_take_once(buckets: list[Bucket], *, keys: list[str]) -> float | No
     return None
 
 
-def _bucket_rows(*, keys: list[str], now: float) -> list[SendBudgetBucket]:
+def _bucket_rows(*, keys: list[str]) -> list[SendBudgetBucket]:
     rows = {row.key: row for row in SendBudgetBucket.objects.filter(key__in=keys)}
     for key in keys:
         if key not in rows:
             try:
                 with transaction.atomic():
-                    rows[key] = SendBudgetBucket.objects.create(key=key, tokens=BUCKET_CAPACITY, refilled_at=now)
+                    rows[key] = SendBudgetBucket.objects.create(
+                        key=key, tokens=BUCKET_CAPACITY, refilled_at=time.time()
+                    )
             except IntegrityError:  # another worker created it first
                 rows[key] = SendBudgetBucket.objects.get(key=key)
     return [rows[key] for key in keys]

@@ -1,12 +1,14 @@
 """Webhook intake: store the event once (F2), enqueue its processing after commit, sweep what was left pending."""
 
+import copy
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Bot
@@ -21,6 +23,9 @@ logger = logging.getLogger(__name__)
 STALE_CLAIM_SECONDS = 600
 # An event that failed this many processing attempts stays failed (the admin can reprocess it).
 MAX_PROCESSING_ATTEMPTS = 5
+# bot pk -> (monotonic expiry, Bot): the worker reads an event's bot at most once per BOT_CACHE_SECONDS.
+_bots: dict[int, tuple[float, Bot]] = {}
+BOT_CACHE_SECONDS = 5.0
 
 
 def inbound_event_store(
@@ -74,22 +79,69 @@ def claim_takeover_seconds() -> int:
 
 
 def inbound_event_claim(*, event_pk: int, now=None) -> InboundEvent | None:
-    """Atomically move pending -> processing; None when another worker has it or it is already finished.
+    """Atomically move pending -> processing and return the claimed row; None when another worker has it or it is
+    already finished. One statement (issue 11): a conditional UPDATE ... RETURNING, autocommitted, so the claim
+    (attempts + 1, claimed_at) is durable before any work starts; the bot comes from the process cache.
 
     A `processing` row claimed longer ago than `claim_takeover_seconds()` belongs to a worker that died: this
-    delivery (the broker's redelivery of the same task) takes it over in the same conditional UPDATE.
+    delivery (the broker's redelivery of the same task) takes it over in the same conditional UPDATE. Two
+    claimers of one row: the second UPDATE waits for the first's row lock (PostgreSQL) or the database's write
+    lock (SQLite), then re-checks the condition against the committed claim and returns no row.
     """
     now = now or timezone.now()
     abandoned_before = now - timedelta(seconds=claim_takeover_seconds())
-    claimable = Q(status=InboundEvent.Status.PENDING) | Q(
-        status=InboundEvent.Status.PROCESSING, claimed_at__lt=abandoned_before
-    )
-    claimed = InboundEvent.objects.filter(claimable, pk=event_pk).update(
-        status=InboundEvent.Status.PROCESSING, attempts=F("attempts") + 1, claimed_at=now
+    table = connection.ops.quote_name(InboundEvent._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in InboundEvent._meta.concrete_fields)
+    adapt = connection.ops.adapt_datetimefield_value
+    # Django's ORM has no UPDATE ... RETURNING; raw() maps the returned columns onto the model with each field's
+    # converters (SQLite's datetimes and JSON). PostgreSQL and SQLite >= 3.35 both support RETURNING.
+    claimed = list(
+        InboundEvent.objects.raw(
+            f"UPDATE {table} SET status = %s, attempts = attempts + 1, claimed_at = %s"
+            " WHERE id = %s AND (status = %s OR (status = %s AND claimed_at < %s))"
+            f" RETURNING {columns}",
+            [
+                InboundEvent.Status.PROCESSING,
+                adapt(now),
+                event_pk,
+                InboundEvent.Status.PENDING,
+                InboundEvent.Status.PROCESSING,
+                adapt(abandoned_before),
+            ],
+        )
     )
     if not claimed:
         return None
-    return InboundEvent.objects.select_related("bot").get(pk=event_pk)
+    event = claimed[0]
+    bot = bot_cached_get(bot_pk=event.bot_id)
+    if bot is None:  # pragma: no cover - the foreign key cascades: an event never outlives its bot
+        return None
+    event.bot = bot
+    return event
+
+
+def bot_cached_get(*, bot_pk: int, now: float | None = None) -> Bot | None:
+    """The bot an event belongs to, read at most once per BOT_CACHE_SECONDS per worker process (issue 11).
+
+    Each call returns its own copy, so a change made to it while processing one event (its open_id learnt)
+    never leaks into the next. A save or delete in this process drops the entry at once (`bot_cache_forget`,
+    post_save / post_delete); a change made in another process, or by an update() without signals, takes
+    effect within BOT_CACHE_SECONDS, as in the webhook's own cache. Kept in process memory, not the shared
+    cache: the row holds the app's decrypted secrets.
+    """
+    now = time.monotonic() if now is None else now
+    cached = _bots.get(bot_pk)
+    if cached is None or cached[0] <= now:
+        bot = Bot.objects.filter(pk=bot_pk).first()
+        if bot is None:
+            _bots.pop(bot_pk, None)
+            return None
+        cached = _bots[bot_pk] = (now + BOT_CACHE_SECONDS, bot)
+    return copy.copy(cached[1])
+
+
+def bot_cache_forget(*, bot_pk: int) -> None:
+    _bots.pop(bot_pk, None)
 
 
 def inbound_event_finish(*, event: InboundEvent, status: str, error: str = "", payload: dict | None = None) -> None:

@@ -3,7 +3,9 @@
 An inbound event must outlive Feishu's retry window (7.1 h) for the dedupe on (bot, message_id) to hold (F2);
 the hub keeps it as long as the thread context it fed (AMUX_CONTEXT_RETENTION_DAYS, 30 days), then drops it
 with the finished discuss wakes of the same age. Outbound deliveries are kept: a reply to an old bot message is
-routed back through them.
+routed back through them. The Feishu calls a sandbox bot recorded for the playground (amuxweb/feishu/sandbox.py,
+one row per send and card update) are only worth a look while a conversation is fresh: they go after
+AMUX_SANDBOX_CALL_RETENTION_DAYS (7 days).
 """
 
 from datetime import datetime, timedelta
@@ -11,15 +13,19 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from amuxweb.feishu.models import DiscussWake, InboundEvent
+from amuxweb.feishu.models import DiscussWake, InboundEvent, SandboxCall
 
 FINISHED_INBOUND_STATUSES = (InboundEvent.Status.DONE, InboundEvent.Status.IGNORED, InboundEvent.Status.FAILED)
 FINISHED_WAKE_STATUSES = (DiscussWake.Status.DONE, DiscussWake.Status.FAILED)
 
 
 def bridge_records_prune(*, now: datetime | None = None) -> dict[str, int]:
-    """Delete finished inbound events and discuss wakes older than the retention; pending work is never touched."""
-    cutoff = (now or timezone.now()) - timedelta(days=settings.AMUX_CONTEXT_RETENTION_DAYS)
+    """Delete finished inbound events and discuss wakes older than the retention, and sandbox calls older than
+    theirs; pending work is never touched."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.AMUX_CONTEXT_RETENTION_DAYS)
     events, _ = InboundEvent.objects.filter(received_at__lt=cutoff, status__in=FINISHED_INBOUND_STATUSES).delete()
     wakes, _ = DiscussWake.objects.filter(updated_at__lt=cutoff, status__in=FINISHED_WAKE_STATUSES).delete()
-    return {"inbound_events": events, "discuss_wakes": wakes}
+    sandbox_cutoff = now - timedelta(days=settings.AMUX_SANDBOX_CALL_RETENTION_DAYS)
+    sandbox_calls, _ = SandboxCall.objects.filter(created_at__lt=sandbox_cutoff).delete()
+    return {"inbound_events": events, "discuss_wakes": wakes, "sandbox_calls": sandbox_calls}

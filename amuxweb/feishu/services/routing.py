@@ -18,7 +18,12 @@ from amuxweb.feishu.messages import (
 from amuxweb.feishu.models import InboundEvent
 from amuxweb.feishu.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
 from amuxweb.feishu.services.delivery import feishu_notice_send, message_is_bot_output
-from amuxweb.feishu.services.intake import inbound_event_claim, inbound_event_finish, inbound_event_release_for_retry
+from amuxweb.feishu.services.intake import (
+    bot_cache_forget,
+    inbound_event_claim,
+    inbound_event_finish,
+    inbound_event_release_for_retry,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +81,10 @@ def bot_open_id_ensure(*, bot: Bot) -> str:
         logger.warning("feishu bot info unavailable", extra={"bot": bot.slug, "code": error.code})
         return ""
     if open_id:
-        # update(): no updated_at bump, so the cached webhook handler and client stay valid.
+        # update(): no updated_at bump, so the cached webhook handler and client stay valid; the intake worker's
+        # cached row is dropped, so the next event reads the open_id instead of asking Feishu again.
         Bot.objects.filter(pk=bot.pk).update(feishu_bot_open_id=open_id)
+        bot_cache_forget(bot_pk=bot.pk)
         bot.feishu_bot_open_id = open_id
     return open_id
 
