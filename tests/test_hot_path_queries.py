@@ -42,11 +42,17 @@ MAX_QUERIES = {
     "mention_new_topic": 9,
     "mention_in_topic": 10,
     "discuss_unaddressed": 5,
-    "turn": 36,  # 29 before the send budget, whose bucket rows each send reads and writes on SQLite
+    # Issue 11 cut the turn from 35 to 22: the run's Turn is kept current by its own writes (no re-read after
+    # prepare, after the reply, before each receipt call), the source message is read once per run (not once per
+    # hook), the workspace comes from routing's cache, the delivery attempt is counted in the claim's or the
+    # reply's own UPDATE, a reply's delivery row is inserted without a read first. On SQLite 3 or 4 of them are the
+    # send budget's bucket rows (read again after a wait for a token; one Redis script with REDIS_URL): 22 or 23.
+    "turn": 23,
     # The default reply shape on SQLite: the receipt reaction added and removed, a streaming card created, updated
-    # and closed, each Feishu call taking from the send budget (table rows here; one Redis script with REDIS_URL),
-    # each card/receipt state stored on the turn before its call. Measured 71 when streaming landed; issue 11 cuts.
-    "turn_card": 71,
+    # and closed, each Feishu call taking from the send budget (table rows here: about a third of the 49; one Redis
+    # script with REDIS_URL), each card/receipt note stored on the turn before its call, one UPDATE each (the
+    # database merges it). 71 when streaming landed; 49 after issue 11's cuts above (+1 for a budget wait).
+    "turn_card": 50,
 }
 # Where PostgreSQL needs fewer: a new context event and its item are one statement there (a data-modifying CTE).
 MAX_QUERIES_POSTGRESQL = {"discuss_unaddressed": 4}

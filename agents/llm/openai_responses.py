@@ -27,7 +27,14 @@ from agents.llm.errors import (
     stream_error_status,
     without_secret,
 )
-from agents.llm.openai_chat import data_uri, map_openai_error, openai_client, parse_arguments, strict_schema
+from agents.llm.openai_chat import (
+    create_untransformed,
+    data_uri,
+    map_openai_error,
+    openai_client,
+    parse_arguments,
+    strict_schema,
+)
 from agents.llm.settings import ProviderSettings
 from agents.llm.streaming import callback_errors_unwrapped, text_emitter
 
@@ -94,7 +101,7 @@ class OpenAIResponsesClient:
     def complete(self, request: CompletionRequest) -> CompletionResult:
         provider = self.settings.name
         try:
-            response = self.client.responses.create(**self.request_body(request))
+            response = create_untransformed(self.client.responses.create, self.request_body(request))
         except openai.OpenAIError as exc:
             raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
         if not isinstance(response, openai.types.responses.Response):
@@ -110,7 +117,8 @@ class OpenAIResponsesClient:
         final = None
         with callback_errors_unwrapped():
             try:
-                with self.client.responses.create(**self.request_body(request), stream=True) as events:
+                body = self.request_body(request) | {"stream": True}
+                with create_untransformed(self.client.responses.create, body) as events:
                     for event in events:
                         if event.type == "response.output_text.delta":
                             emit(event.delta)

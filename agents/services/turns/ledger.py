@@ -9,12 +9,13 @@ slow one, the sweeper beside a Celery retry) still leave one reply and one final
 `WHERE reply_message IS NULL`, a final status is written only over a non-final one.
 """
 
+import json
 import logging
 import time
 from datetime import datetime
 
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, NotSupportedError, models, transaction
+from django.db.models import F, Func
 from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
@@ -100,8 +101,10 @@ def turn_claim(*, turn_id: int) -> Turn | None:
             return None
         turn.claimed_at = timezone.now()
         if turn.reply_message is not None:
+            # This run only delivers: its delivery attempt is counted here, under the lock, in the same UPDATE.
             turn.status = Turn.Status.REPLIED
-            turn.save(update_fields=["status", "claimed_at"])
+            turn.delivery_attempts += 1
+            turn.save(update_fields=["status", "claimed_at", "delivery_attempts"])
             return turn
         turn.status = Turn.Status.RUNNING
         turn.attempts += 1
@@ -114,22 +117,32 @@ def turn_prepared_store(
     *, turn: Turn, content: str, prompt: str, author: str, context_decision_id: int | None, channel_state: dict
 ) -> Turn:
     """Record what the channel prepared, once: the user_message (content + the prompt the model gets), the context
-    decision and the channel's own notes. A later run finds them and sends exactly what was recorded."""
+    decision and the channel's own notes. A later run finds them and sends exactly what was recorded.
+
+    The UPDATE is conditional on `user_message IS NULL` (on PostgreSQL a concurrent preparer's UPDATE waits for
+    this row lock, then matches nothing), so two racing runs keep one record; the run's own `turn` is updated in
+    place, and only the run that lost re-reads the winner's record.
+    """
     with transaction.atomic():
-        locked = Turn.objects.select_for_update(of=("self",)).get(pk=turn.pk)
-        if locked.user_message_id is None:
-            content, prompt = storable_text(content), storable_text(prompt)
-            message = message_create(
-                thread=turn.thread,
-                kind=Message.Kind.USER_MESSAGE,
-                content=content or prompt,
-                prompt=prompt if prompt and prompt != content else "",
-                author=author,
-            )
-            Turn.objects.filter(pk=turn.pk).update(
-                user_message=message, context_decision_id=context_decision_id, channel_state=channel_state
-            )
-    return Turn.objects.select_related("user_message", "thread", "bot__primary_model__provider").get(pk=turn.pk)
+        content, prompt = storable_text(content), storable_text(prompt)
+        message = message_create(
+            thread=turn.thread,
+            kind=Message.Kind.USER_MESSAGE,
+            content=content or prompt,
+            prompt=prompt if prompt and prompt != content else "",
+            author=author,
+        )
+        won = Turn.objects.filter(pk=turn.pk, user_message__isnull=True).update(
+            user_message=message, context_decision_id=context_decision_id, channel_state=channel_state
+        )
+        if not won:
+            transaction.set_rollback(True)  # another run recorded its prompt first: ours goes
+    if not won:
+        return Turn.objects.select_related("user_message", "thread", "bot__primary_model__provider").get(pk=turn.pk)
+    turn.user_message = message
+    turn.context_decision_id = context_decision_id
+    turn.channel_state = channel_state
+    return turn
 
 
 def attempt_entry(*, turn: Turn, outcome: str, started: float, error: str = "", retry_in: float | None = None) -> list:
@@ -157,7 +170,11 @@ def turn_requeue(*, turn: Turn, error: str, history: list, model_input: dict | N
 
 
 def turn_reply_store(*, turn: Turn, text: str, usage: dict, model_input: dict, history: list) -> tuple[Message, bool]:
-    """Store the agent_reply and mark the turn replied, unless another run stored one first: (reply, won)."""
+    """Store the agent_reply and mark the turn replied, unless another run stored one first: (reply, won).
+
+    The winner's `turn` is updated in place (replied, its reply, its first delivery attempt counted in the same
+    UPDATE: the runner delivers next), so the run goes on without re-reading the row; a loser re-reads it.
+    """
     with transaction.atomic():
         # The conditional UPDATE is the guard: on PostgreSQL a concurrent finisher's UPDATE waits for this row
         # lock, then re-checks `reply_message IS NULL` and matches nothing.
@@ -176,17 +193,25 @@ def turn_reply_store(*, turn: Turn, text: str, usage: dict, model_input: dict, h
             retry_history=history,
             error="",
             replied_at=timezone.now(),
+            delivery_attempts=F("delivery_attempts") + 1,
         )
         if not won:
             # Another run of this turn stored its reply first: drop ours (rolled back with this transaction).
             transaction.set_rollback(True)
     if not won:
-        return Turn.objects.select_related("reply_message").get(pk=turn.pk).reply_message, False
+        turn.refresh_from_db()  # the winner's reply and notes (e.g. its streaming card) are what gets delivered
+        turn_delivery_attempt_count(turn=turn)
+        return turn.reply_message, False
+    turn.reply_message = reply
+    turn.status = Turn.Status.REPLIED
+    turn.usage, turn.model_input, turn.retry_history, turn.error = usage, model_input, history, ""
+    turn.delivery_attempts += 1
     return reply, True
 
 
 def turn_delivery_attempt_count(*, turn: Turn) -> int:
-    """Count one more delivery attempt; the new count."""
+    """Count one more delivery attempt; the new count. (The common paths count it in the claim's or the reply's
+    own UPDATE; this is for a run that found another's reply.)"""
     Turn.objects.filter(pk=turn.pk).update(delivery_attempts=F("delivery_attempts") + 1)
     turn.delivery_attempts = Turn.objects.values_list("delivery_attempts", flat=True).get(pk=turn.pk)
     return turn.delivery_attempts
@@ -242,15 +267,52 @@ def turn_mark_skipped(*, turn: Turn, reason: str) -> bool:
     )
 
 
+class JSONKeysReplaced(Func):
+    """A JSON object column with some top-level keys replaced (or added), computed by the database inside the
+    UPDATE: one statement, no lock and read first, and no concurrent writer's other keys lost."""
+
+    output_field = models.JSONField()
+
+    def __init__(self, column: str, values: dict) -> None:
+        super().__init__(F(column))
+        self.values = values
+
+    def as_sql(self, compiler, connection, **extra):
+        raise NotSupportedError(f"JSONKeysReplaced has no {connection.vendor} form (PostgreSQL and SQLite only).")
+
+    def as_postgresql(self, compiler, connection, **extra):
+        column, params = compiler.compile(self.source_expressions[0])
+        return f"(COALESCE({column}, '{{}}'::jsonb) || %s::jsonb)", (*params, json.dumps(self.values))
+
+    def as_sqlite(self, compiler, connection, **extra):
+        column, params = compiler.compile(self.source_expressions[0])
+        paths = ", ".join("%s, json(%s)" for _ in self.values)
+        arguments = [part for key, value in self.values.items() for part in (f'$."{key}"', json.dumps(value))]
+        return f"json_set(COALESCE({column}, '{{}}'), {paths})", (*params, *arguments)
+
+
 def turn_channel_state_merge(*, turn: Turn, values: dict) -> dict:
     """Merge the channel's notes into `turn.channel_state` (the keys given replace theirs); returns the merged notes.
 
-    The row is locked while merging, so notes written one after another by the same run (the receipt reaction,
-    the streaming card's state) all stay; `turn.channel_state` is updated in place.
+    One UPDATE merges them in the database, so notes written one after another by the same run (the receipt
+    reaction, the streaming card's state) all stay, and so do another run's; `turn.channel_state` is updated in
+    place with this run's.
     """
-    with transaction.atomic():
-        current = Turn.objects.select_for_update(of=("self",)).values_list("channel_state", flat=True).get(pk=turn.pk)
-        merged = {**(current or {}), **values}
-        Turn.objects.filter(pk=turn.pk).update(channel_state=merged)
-    turn.channel_state = merged
-    return merged
+    Turn.objects.filter(pk=turn.pk).update(channel_state=JSONKeysReplaced("channel_state", values))
+    turn.channel_state = {**(turn.channel_state or {}), **values}
+    return turn.channel_state
+
+
+def turn_channel_state_add(*, turn: Turn, key: str, value: dict) -> bool:
+    """Note `key` only if no run noted it before (one conditional UPDATE); False when it was there, and then
+    `turn.channel_state` is re-read so this run sees what the other one noted."""
+    added = (
+        Turn.objects.filter(pk=turn.pk)
+        .exclude(channel_state__has_key=key)
+        .update(channel_state=JSONKeysReplaced("channel_state", {key: value}))
+    )
+    if added:
+        turn.channel_state = {**(turn.channel_state or {}), key: value}
+    else:
+        turn.refresh_from_db(fields=["channel_state"])
+    return bool(added)

@@ -11,6 +11,9 @@ model thinks or a channel talks to Feishu:
 4. store the reply (conditional on `reply_message IS NULL`): status `replied`; two racing runs keep one reply;
 5. deliver (channel.deliver, idempotent by its uuids): `delivered`, or a retry later, or `delivery_failed`.
 
+The run works on the one Turn its claim read: every ledger write updates it in place (the channel's notes too), so
+no step re-reads the row; only a run that lost a race to another run of the same turn re-reads the winner's.
+
 A worker killed anywhere leaves a queued, running or replied turn; the redelivered task (acks_late) or the
 sweeper (sweep.py) runs it again from step 1 and it completes once. Transient provider and delivery errors
 raise `TurnRetryLater` with the backoff to wait (the Celery task retries), a bounded number of times.
@@ -79,11 +82,11 @@ def turn_run(*, turn_id: int) -> str:
     channel = channel_for(thread=turn.thread)
     try:
         if turn.reply_message is None:
-            reply = _reply_produce(turn=turn, channel=channel)
-            if reply is None:
+            replied = _reply_produce(turn=turn, channel=channel)
+            if replied is None:
                 turn.refresh_from_db(fields=["status"])
                 return str(turn.status)
-            turn.refresh_from_db()
+            turn = replied  # kept current by the ledger's writes: no re-read before delivery
         return _deliver(turn=turn, channel=channel)
     except (ledger.TurnRetryLater, *INFRASTRUCTURE_ERRORS):
         raise
@@ -192,8 +195,8 @@ def _complete(
     return result
 
 
-def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Message | None:
-    """Steps 2-4: the stored reply, or None when the turn ended without one."""
+def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Turn | None:
+    """Steps 2-4: the turn with its stored reply, or None when the turn ended without one."""
     started = time.monotonic()
     prepared = _prepare(turn=turn, channel=channel, started=started)
     if prepared is None:
@@ -208,6 +211,7 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Message | None:
         thread=turn.thread,
         before_id=turn.user_message.pk,
         limit=context_messages_upper_bound(context_window=model.context_window),
+        assembly_fields_only=True,
     )
     primary = primary_input_build(
         model=model,
@@ -297,12 +301,13 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Message | None:
                 "model_duration_ms": model_duration_ms,
             },
         )
-    return reply
+    return turn if reply is not None else None
 
 
 def _deliver(*, turn: Turn, channel: TurnChannel) -> str:
-    """Step 5: deliver the stored reply through the channel (same uuids every time)."""
-    attempt = ledger.turn_delivery_attempt_count(turn=turn)
+    """Step 5: deliver the stored reply through the channel (same uuids every time). The attempt was counted by the
+    claim (a turn already replied) or by the reply's store (this run's reply)."""
+    attempt = turn.delivery_attempts
     try:
         try:
             channel.deliver(turn=turn, reply=turn.reply_message)

@@ -67,27 +67,29 @@ def deliveries_prepare(
     """One row per chunk, created before anything is sent; a repeated call returns the same rows.
 
     `first_chunk_index`: where these chunks start among the turn's messages (a streamed reply's plain fallback
-    comes after the cards it posted); the uuids count from 0 per purpose either way."""
+    comes after the cards it posted); the uuids count from 0 per purpose either way.
+
+    Insert first (in a savepoint): a new reply, the common case, costs one INSERT per chunk; the uuid's unique
+    constraint turns a repeated call (a re-run's delivery) into a read of the row it made.
+    """
     rows = []
     limit = TEXT_CHUNK_CHARS if reply_format == "text" else CARD_CHUNK_CHARS
     for index, chunk in enumerate(markdown_chunks(text or " ", limit=limit)):
         uuid = delivery_uuid(bot=bot, source_message_id=source_message_id, purpose=purpose, chunk_index=index)
         try:
             with transaction.atomic():
-                row, _ = OutboundDelivery.objects.get_or_create(
+                row = OutboundDelivery.objects.create(
                     uuid=uuid,
-                    defaults={
-                        "bot": bot,
-                        "turn": turn,
-                        "chunk_index": first_chunk_index + index,
-                        "chat_id": chat_id,
-                        "reply_to_message_id": reply_to_message_id,
-                        "reply_in_thread": reply_in_thread,
-                        "msg_type": MSG_TYPE_OF_FORMAT[reply_format],
-                        "content": chunk,
-                    },
+                    bot=bot,
+                    turn=turn,
+                    chunk_index=first_chunk_index + index,
+                    chat_id=chat_id,
+                    reply_to_message_id=reply_to_message_id,
+                    reply_in_thread=reply_in_thread,
+                    msg_type=MSG_TYPE_OF_FORMAT[reply_format],
+                    content=chunk,
                 )
-        except IntegrityError:  # a concurrent writer created it between our read and insert
+        except IntegrityError:  # made by an earlier call (or a concurrent one): that row
             row = OutboundDelivery.objects.get(uuid=uuid)
         rows.append(row)
     return rows

@@ -4,8 +4,10 @@ and the final reply (R2), each exactly once across re-runs, every call inside th
 The turn's `channel_state` is the record that keeps it once; every note is written BEFORE the Feishu call that
 depends on it:
 - `receipt` / `failure_reaction`: `{"emoji", "reaction_id", "removed"}`. The note is written before the reaction
-  is asked for, so a re-run that finds it never adds a second one (a run killed between the note and the call
-  leaves no reaction: never twice wins over always). The reaction id follows the call; removal is noted after it.
+  is asked for, only if no run wrote it before (one conditional UPDATE), so a re-run or a racing run never adds a
+  second one (a run killed between the note and the call leaves no reaction: never twice wins over always). The
+  reaction id follows the call; removal is noted after it. The run's Turn holds every note it wrote (and the
+  claim read the earlier runs'), so the hooks read `turn.channel_state` without re-reading the row.
 - `stream`: the streaming card's `StreamState` (card id, the reply carrying it, the last sequence), stored by
   the controller before each call (outbound.streaming), so a re-run continues on the same card.
 
@@ -16,7 +18,7 @@ import logging
 
 from agents.models import Bot, Turn
 from agents.services.turns.channels import StreamSink
-from agents.services.turns.ledger import turn_channel_state_merge
+from agents.services.turns.ledger import turn_channel_state_add, turn_channel_state_merge
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.messages import bot_text
 from amuxweb.feishu.outbound.budget import send_budget_acquire
@@ -42,7 +44,6 @@ def receipt_add(*, turn: Turn, parsed: ParsedMessage) -> None:
     bot = turn.bot
     if turn.trigger not in RECEIPT_TRIGGERS or not bot.receipt_emoji or not bot.has_feishu_credentials:
         return
-    turn.refresh_from_db(fields=["channel_state"])
     if RECEIPT_KEY in turn.channel_state:
         return  # an earlier run added it, or was about to: never a second one
     _reaction_add(turn=turn, parsed=parsed, key=RECEIPT_KEY, emoji=bot.receipt_emoji)
@@ -50,7 +51,6 @@ def receipt_add(*, turn: Turn, parsed: ParsedMessage) -> None:
 
 def receipt_remove(*, turn: Turn, parsed: ParsedMessage) -> None:
     """The answer is there: the receipt goes."""
-    turn.refresh_from_db(fields=["channel_state"])
     _reaction_remove(turn=turn, parsed=parsed, key=RECEIPT_KEY)
 
 
@@ -67,7 +67,8 @@ def receipt_fail(*, turn: Turn, parsed: ParsedMessage) -> None:
 
 def _reaction_add(*, turn: Turn, parsed: ParsedMessage, key: str, emoji: str) -> None:
     bot = turn.bot
-    turn_channel_state_merge(turn=turn, values={key: {"emoji": emoji, "reaction_id": "", "removed": False}})
+    if not turn_channel_state_add(turn=turn, key=key, value={"emoji": emoji, "reaction_id": "", "removed": False}):
+        return  # another run noted it first: it asks for the reaction, never this one too
     try:
         send_budget_acquire(chat_id=parsed.chat_id, app_id=bot.feishu_app_id)
         reaction_id = feishu_client.reaction_create(bot=bot, message_id=parsed.message_id, emoji_type=emoji)

@@ -65,7 +65,7 @@ from amuxweb.feishu.services.sessions import SessionRetired, session_binding_for
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from threadcontext.prompts import prompt_render, request_is_submittable
-from threadcontext.selectors import context_item_text_get, topic_root_text_get, workspace_get
+from threadcontext.selectors import context_item_text_get, topic_root_text_get, workspace_cached_get
 from threadcontext.services import (
     Mention,
     context_prompt_prepare,
@@ -132,9 +132,22 @@ def _mentions(*, bot: Bot, raw: list[dict]) -> list[Mention]:
     ]
 
 
+# Every hook of a run needs the source message (prepare, attachments, started, the sink, deliver): it is read and
+# parsed once per run and kept on the run's Turn instance (each run claims a fresh one, so nothing outlives it).
+_SOURCE_PARSED_ATTRIBUTE = "_feishu_source_parsed"
+_UNREAD = object()
+
+
 def source_parsed(*, turn: Turn) -> ParsedMessage | None:
-    event = InboundEvent.objects.filter(bot=turn.bot, message_id=turn.source_message_id).first()
-    return message_parse(event.payload) if event is not None else None
+    """The turn's stored Feishu message, parsed; None when it is not stored (any more)."""
+    parsed = getattr(turn, _SOURCE_PARSED_ATTRIBUTE, _UNREAD)
+    if parsed is _UNREAD:
+        event = (
+            InboundEvent.objects.filter(bot_id=turn.bot_id, message_id=turn.source_message_id).only("payload").first()
+        )
+        parsed = message_parse(event.payload) if event is not None else None
+        setattr(turn, _SOURCE_PARSED_ATTRIBUTE, parsed)
+    return parsed
 
 
 def quoted_text_read(*, bot: Bot, parsed: ParsedMessage) -> str:
@@ -216,7 +229,8 @@ class FeishuChannel(TurnChannel):
         # The one place a group turn's context is selected, rendered and recorded (C5, C7-C11); whether the root is
         # due is threadcontext's rule, and it asks for the online read only then.
         prepared = context_prompt_prepare(
-            workspace=workspace_get(bot_profile=bot.slug, chat_id=parsed.chat_id),
+            # The workspace as routing saw it a moment ago (cached, invalidated on every write; issue 11).
+            workspace=workspace_cached_get(bot_profile=bot.slug, chat_id=parsed.chat_id),
             bridge_id=bot.bridge_id,
             bot_profile=bot.slug,
             chat_id=parsed.chat_id,
