@@ -23,7 +23,6 @@ from agents.models import Bot, Turn
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.messages import bot_text
 from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.outbound.budget import send_budget_acquire
 from amuxweb.feishu.outbound.cards import (
     CARD_CHUNK_CHARS,
     TEXT_CHUNK_CHARS,
@@ -113,7 +112,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
         text=delivery.content, reply_format="markdown_card" if delivery.msg_type == "interactive" else "text"
     )
     try:
-        send_budget_acquire(chat_id=delivery.chat_id, app_id=bot.feishu_app_id)
+        budget = feishu_client.SendBudget(chat_id=delivery.chat_id)
         if delivery.reply_to_message_id:
             sent = feishu_client.message_reply_content(
                 bot=bot,
@@ -122,6 +121,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
                 content=content.content,
                 uuid=delivery.uuid,
                 reply_in_thread=delivery.reply_in_thread,
+                budget=budget,
             )
         else:
             sent = feishu_client.message_create_content(
@@ -130,6 +130,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
                 msg_type=content.msg_type,
                 content=content.content,
                 uuid=delivery.uuid,
+                budget=budget,
             )
     except feishu_client.FeishuApiError as error:
         delivery.status = OutboundDelivery.Status.FAILED
