@@ -2,8 +2,9 @@
 
 A reply is cut into chunks on block boundaries, never inside a code fence (R2, `markdown_chunks`), and each chunk
 goes out in the bot's reply format: a markdown card (`interactive`, CardKit JSON 2.0) or `text`. Notices are
-always text. Every send first takes one token from the chat's and the app's send budget (R4), waiting for it:
-a final message is delayed, never dropped. A bot without Feishu credentials still gets its rows, marked
+always text. Every send takes one token from the chat's and the app's send budget (R4), waiting for it:
+a final message is delayed, never dropped. `feishu_call` takes it (`SendBudget`) right before the request
+leaves, once the bot's tenant token is cached, and again for a resend after a rate-limit answer. A bot without Feishu credentials still gets its rows, marked
 `recorded` instead of sent (F5).
 
 A streamed reply (the card of outbound.streaming) is sent by its controller; `stream_deliveries_record` writes its
