@@ -34,6 +34,23 @@ for argv in %(commands)r:
 print(json.dumps(loaded))
 """
 
+# The explain command as an operator runs it (manage.py, so with the system checks it asks for), on a migrated
+# database where it finds no decision; reports whether the URLconf and the API's libraries were loaded.
+EXPLAIN_FROM_THE_COMMAND_LINE = """
+import json, sys
+import django
+django.setup()
+from django.core.management import call_command, execute_from_command_line
+call_command("migrate", verbosity=0)  # skip_checks: loads no URLconf
+before = [name for name in %(modules)r if name in sys.modules]
+try:
+    execute_from_command_line(["manage.py", "feishu_context_explain", "om_no_such_root"])
+except SystemExit as exit:  # "no decision recorded" is a CommandError: exit status 1
+    print("exit", exit.code, file=sys.stderr)
+print(json.dumps({"before": before, "after": [name for name in %(modules)r if name in sys.modules]}))
+"""
+URLCONF_MODULES = ("amuxweb.urls", "drf_spectacular.views", "rest_framework.compat")
+
 # What a Celery worker and a web process import before they serve anything, without the load they do at boot.
 WORKER_AND_WEB_IMPORTS = """
 import importlib, json, sys
@@ -116,6 +133,14 @@ def test_commands_that_never_enqueue_import_no_redis_client(tmp_path):
     # then
     assert loaded == {"check": [], "migrate": [], "feishu_context_explain": []}
 
+
+def test_the_explain_command_runs_no_system_checks_so_it_loads_no_urlconf(tmp_path):
+    """The checks load the URLconf, DRF (whose compat module imports requests, psycopg, yaml, pygments) and
+    drf-spectacular: ~0.6 s of CPU that a read-only diagnosis does not need (`manage.py check` runs them)."""
+    # when: the command runs from the command line in a fresh process
+    seen = run_fresh(EXPLAIN_FROM_THE_COMMAND_LINE % {"modules": URLCONF_MODULES}, database=tmp_path / "db.sqlite3")
+    # then
+    assert seen == {"before": [], "after": []}
 
 def test_worker_and_web_modules_import_no_heavy_sdk_until_the_boot_loads_lark_oapi(tmp_path):
     # when: a fresh process imports every tasks module, view and admin, then does what a worker's boot does
