@@ -142,6 +142,7 @@ def test_the_explain_command_runs_no_system_checks_so_it_loads_no_urlconf(tmp_pa
     # then
     assert seen == {"before": [], "after": []}
 
+
 def test_worker_and_web_modules_import_no_heavy_sdk_until_the_boot_loads_lark_oapi(tmp_path):
     # when: a fresh process imports every tasks module, view and admin, then does what a worker's boot does
     loaded = run_fresh(WORKER_AND_WEB_IMPORTS % {"sdks": HEAVY_SDKS}, database=tmp_path / "db.sqlite3")
