@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 from kombu.exceptions import OperationalError as KombuOperationalError
-from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +19,9 @@ def task_enqueue(*, task: Any, args: list, what: str, eta=None) -> bool:
             task.apply_async(args=args, retry=False)
         else:
             task.apply_async(args=args, eta=eta, retry=False)
-    except (KombuOperationalError, RedisError, OSError) as error:
+    except Exception as error:
+        if not _broker_error(error):
+            raise
         logger.warning(
             "task not enqueued (broker unavailable); the sweeper will pick it up",
             extra={
@@ -31,3 +32,15 @@ def task_enqueue(*, task: Any, args: list, what: str, eta=None) -> bool:
         )
         return False
     return True
+
+
+def _broker_error(error: Exception) -> bool:
+    """Whether `error` says the broker could not take a message (kombu's, the socket's or the Redis client's)."""
+    if isinstance(error, (KombuOperationalError, OSError)):
+        return True
+    # Lazy: `redis.exceptions` runs redis/__init__, which imports redis.asyncio (~0.15 s of CPU) in every process
+    # that merely imports a service. A RedisError can only come from a Redis client kombu has already built, so
+    # the module is loaded by the time this runs.
+    from redis.exceptions import RedisError
+
+    return isinstance(error, RedisError)

@@ -32,10 +32,19 @@ class ProbeJudgement(models.Model):
     input_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     duration_ms = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [models.Index(fields=["bot", "-created_at"], name="judgement_bot_newest")]
+        indexes = [
+            models.Index(fields=["bot", "-created_at"], name="judgement_bot_newest"),
+            # Every time range across bots (the dashboard's 24 h / 7 day windows, the retention purge). On
+            # PostgreSQL it also holds the columns the dashboard aggregates, so its 7 day scan is index-only.
+            models.Index(
+                fields=["created_at"],
+                include=["bot", "outcome", "input_tokens", "output_tokens"],
+                name="judgement_window_covering",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"judgement {self.pk} ({self.cause})"

@@ -16,20 +16,40 @@ from amuxweb.feishu import LARK_MODULES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 HEAVY_SDKS = ("lark_oapi", "openai", "anthropic", "google.genai")
+REDIS_CLIENT = ("redis", "redis.asyncio")
 
-# Runs management commands in-process, one after the other, and reports which heavy SDKs each left imported.
+# Runs management commands in-process, one after the other, and reports which of `modules` each left imported.
 COMMANDS = """
 import json, sys
-from django.core.management import call_command
+import django
+django.setup()  # as manage.py does; without it every command would fail at once and import nothing
+from django.core.management import CommandError, call_command
 loaded = {}
 for argv in %(commands)r:
     try:
         call_command(*argv, verbosity=0)
-    except Exception as error:  # the explain command's "no decision recorded" is a CommandError: still a run
+    except CommandError as error:  # the explain command's "no decision recorded": still a run; nothing else is
         print(type(error).__name__, error, file=sys.stderr)
-    loaded[argv[0]] = [name for name in %(sdks)r if name in sys.modules]
+    loaded[argv[0]] = [name for name in %(modules)r if name in sys.modules]
 print(json.dumps(loaded))
 """
+
+# The explain command as an operator runs it (manage.py, so with the system checks it asks for), on a migrated
+# database where it finds no decision; reports whether the URLconf and the API's libraries were loaded.
+EXPLAIN_FROM_THE_COMMAND_LINE = """
+import json, sys
+import django
+django.setup()
+from django.core.management import call_command, execute_from_command_line
+call_command("migrate", verbosity=0)  # skip_checks: loads no URLconf
+before = [name for name in %(modules)r if name in sys.modules]
+try:
+    execute_from_command_line(["manage.py", "feishu_context_explain", "om_no_such_root"])
+except SystemExit as exit:  # "no decision recorded" is a CommandError: exit status 1
+    print("exit", exit.code, file=sys.stderr)
+print(json.dumps({"before": before, "after": [name for name in %(modules)r if name in sys.modules]}))
+"""
+URLCONF_MODULES = ("amuxweb.urls", "drf_spectacular.views", "rest_framework.compat")
 
 # What a Celery worker and a web process import before they serve anything, without the load they do at boot.
 WORKER_AND_WEB_IMPORTS = """
@@ -98,9 +118,29 @@ def test_commands_that_call_neither_feishu_nor_a_provider_import_no_heavy_sdk(tm
     # given: the commands an operator runs that never call out
     commands = [["check"], ["migrate"], ["feishu_context_explain", "om_no_such_root"]]
     # when: they run in one fresh process (the explain command finds no decision and says so)
-    loaded = run_fresh(COMMANDS % {"commands": commands, "sdks": HEAVY_SDKS}, database=tmp_path / "db.sqlite3")
+    loaded = run_fresh(COMMANDS % {"commands": commands, "modules": HEAVY_SDKS}, database=tmp_path / "db.sqlite3")
     # then
     assert loaded == {"check": [], "migrate": [], "feishu_context_explain": []}
+
+
+def test_commands_that_never_enqueue_import_no_redis_client(tmp_path):
+    """`redis.exceptions` runs redis/__init__, which imports redis.asyncio (~0.15 s of CPU): only a process that
+    builds a Redis client (kombu's transport, the send budget, the cache) loads it, not one importing a service."""
+    # given: the commands an operator runs that never talk to the broker
+    commands = [["check"], ["migrate"], ["feishu_context_explain", "om_no_such_root"]]
+    # when: they run in one fresh process, with no broker configured
+    loaded = run_fresh(COMMANDS % {"commands": commands, "modules": REDIS_CLIENT}, database=tmp_path / "db.sqlite3")
+    # then
+    assert loaded == {"check": [], "migrate": [], "feishu_context_explain": []}
+
+
+def test_the_explain_command_runs_no_system_checks_so_it_loads_no_urlconf(tmp_path):
+    """The checks load the URLconf, DRF (whose compat module imports requests, psycopg, yaml, pygments) and
+    drf-spectacular: ~0.6 s of CPU that a read-only diagnosis does not need (`manage.py check` runs them)."""
+    # when: the command runs from the command line in a fresh process
+    seen = run_fresh(EXPLAIN_FROM_THE_COMMAND_LINE % {"modules": URLCONF_MODULES}, database=tmp_path / "db.sqlite3")
+    # then
+    assert seen == {"before": [], "after": []}
 
 
 def test_worker_and_web_modules_import_no_heavy_sdk_until_the_boot_loads_lark_oapi(tmp_path):

@@ -5,11 +5,13 @@ from itertools import count
 
 import pytest
 from django.db import connection
+from django.template import engines
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from agents.models import Bot, Turn
+from amuxweb.dashboard.selectors import dashboard_rows
 from amuxweb.feishu.models import OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.services import probe_gate_run
@@ -255,3 +257,39 @@ def test_a_site_without_bots_still_renders_the_front_page(admin_client):
     assert response.status_code == 200
     assert response.context["dashboard_rows"] == []
     assert b"No bots yet." in response.content
+
+
+# The chart loops the template tags replaced, kept here as the reference the tags' markup must equal.
+CHART_LOOPS = (
+    "{% for bar in token_bars %}"
+    '<rect class="bar" x="{{ bar.x }}" y="{{ bar.y }}" width="8" height="{{ bar.height }}">'
+    "<title>{{ bar.title }}</title></rect>{% endfor %}|"
+    "{% for x, day, segments in gate_bars %}{% for segment in segments %}"
+    '<rect class="o-{{ segment.name }}" x="{{ x }}" y="{{ segment.y }}" width="8" height="{{ segment.height }}">'
+    "<title>{{ day.isoformat }}: {{ segment.value }} {{ segment.name }}</title></rect>{% endfor %}{% endfor %}"
+)
+CHART_TAGS = "{% load dashboard_charts %}{% token_bar_rects token_bars %}|{% gate_bar_rects gate_bars %}"
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans", "ja"])
+def test_the_chart_tags_write_the_markup_of_the_template_loops_they_replaced(language):
+    bot = BotFactory()
+    for age_days, usage in ((0, {"input_tokens": 12_345, "output_tokens": 678}), (3, {"input_tokens": 9})):
+        make_turn(bot, age=timedelta(days=age_days, minutes=5), usage=usage)
+    for _ in range(3):
+        make_judgement(
+            bot,
+            age=timedelta(minutes=5),
+            outcome=ProbeJudgement.Outcome.NO_ACTION,
+            input_tokens=1_500,
+            output_tokens=20,
+        )
+    make_judgement(bot, age=timedelta(minutes=5), outcome=ProbeJudgement.Outcome.ERROR)
+    (row,) = dashboard_rows(now=timezone.now())
+    context = {"token_bars": row.token_bars, "gate_bars": row.gate_bars}
+    engine = engines["django"]
+    with translation.override(language):
+        loops = engine.from_string(CHART_LOOPS).render(context)
+        tags = engine.from_string(CHART_TAGS).render(context)
+    assert tags == loops
+    assert loops.count("<rect") == 7 + 2

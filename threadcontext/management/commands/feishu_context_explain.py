@@ -10,6 +10,9 @@ from threadcontext.selectors import decision_for_explain
 
 class Command(BaseCommand):
     help = "Explain a thread-context decision: the latest for a topic root and bot profile, or one by id."
+    # A read-only diagnosis: the system checks (`manage.py check`'s job) would load the URLconf, and with it DRF's
+    # optional imports and drf-spectacular (~0.6 s of CPU, issue 11), to print a few lines from two tables.
+    requires_system_checks = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("root_msg_id", help="The Feishu topic's root message id (om_...).")
