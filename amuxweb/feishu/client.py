@@ -7,6 +7,11 @@ are used everywhere except the resource download, which streams so an over-size 
 The SDK neither retries nor refreshes an expired token (reference doc §4.1); `feishu_call` does both:
 rate limits (99991400 / HTTP 429 with `x-ogw-ratelimit-reset`, 230020) wait and retry, 99991663 / 99991661
 drop the cached tenant token and retry once (F3). The domain is `settings.FEISHU_DOMAIN` (F4).
+
+A send passes `budget` (R4, amuxweb/feishu/outbound/budget.py): `feishu_call` takes it right before each
+request leaves, after the bot's client is built and its tenant token is in the SDK's cache, and again before
+a resend after a rate-limit answer. A token taken earlier would let the request reach Feishu up to a token
+fetch later (a second under load), inside the next sender's slot: a sixth send in Feishu's second.
 """
 
 import json
@@ -40,10 +45,12 @@ from lark_oapi.api.im.v1 import (
     ReplyMessageRequestBody,
 )
 from lark_oapi.core.enum import AccessTokenType, HttpMethod
+from lark_oapi.core.exception import ObtainAccessTokenException
 from lark_oapi.core.model import BaseRequest
 from lark_oapi.core.token.manager import TokenManager
 
 from agents.models import Bot
+from amuxweb.feishu.outbound.budget import send_budget_acquire
 from amuxweb.feishu.sandbox import MESSAGE_NOT_FOUND_CODE, SANDBOX_DOMAIN, sandbox_transport_install
 
 # Every lark client of ours goes through the sandbox check (a sandbox bot's calls never leave the machine).
@@ -85,6 +92,24 @@ class FeishuApiError(Exception):
     def is_retryable(self) -> bool:
         """A later try may succeed: rate limits, transport failures (no code), Feishu's own 5xx."""
         return self.is_rate_limited or self.code is None or (self.http_status or 0) >= 500
+
+
+@dataclass(frozen=True)
+class SendBudget:
+    """Which send budget a call takes (R4): the chat's and the app's; chat_id "" takes only the app's (a
+    CardKit card create, which posts nothing in a chat).
+
+    `first_taken`: the first request's send is already paid for (`send_budget_try` for an intermediate card
+    update, which is skipped rather than delayed; a card close that follows the final update on its send);
+    a resend after a rate-limit answer still takes its own."""
+
+    chat_id: str
+    first_taken: bool = False
+
+    def take(self, *, bot: Bot, sleep: Callable[[float], None], resend: bool) -> None:
+        if self.first_taken and not resend:
+            return
+        send_budget_acquire(chat_id=self.chat_id, app_id=bot.feishu_app_id, sleep=sleep)
 
 
 @dataclass(frozen=True)
@@ -140,6 +165,18 @@ def lark_client_get(*, bot: Bot) -> lark.Client:
     return client
 
 
+def bot_ready(*, bot: Bot) -> lark.Client:
+    """The bot's client, with its tenant token in the SDK's cache (fetched now if absent or expired), so the
+    request that follows leaves at once. A failed fetch is left to the request itself, which fetches again
+    and answers it as `feishu_call` knows (transport error, token codes)."""
+    client = lark_client_get(bot=bot)
+    try:
+        TokenManager.get_self_tenant_token(client._config)
+    except (ObtainAccessTokenException, OSError, ValueError):
+        logger.info("feishu tenant token not fetched ahead of the call", extra={"bot": bot.slug})
+    return client
+
+
 def tenant_token_forget(*, bot: Bot) -> None:
     """Drop the SDK's process-wide cached tenant token so the next call fetches a fresh one."""
     cache = TokenManager.cache
@@ -175,15 +212,27 @@ def _rate_limit_wait(response: Any) -> float:
 
 
 def feishu_call(
-    *, bot: Bot, operation: str, call: Callable[[lark.Client], Any], sleep: Callable[[float], None] | None = None
+    *,
+    bot: Bot,
+    operation: str,
+    call: Callable[[lark.Client], Any],
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
 ) -> Any:
-    """Run one SDK call with the bridge's retry policy; returns the successful response or raises."""
+    """Run one SDK call with the bridge's retry policy; returns the successful response or raises.
+
+    With `budget`, every request (the first and each resend) takes one send from it just before it leaves."""
     sleep = sleep or time.sleep  # resolved per call so tests can patch time.sleep
     token_refreshed = False
     last_error: FeishuApiError | None = None
     for attempt in range(1, MAX_CALL_ATTEMPTS + 1):
         try:
-            response = call(lark_client_get(bot=bot))
+            if budget is None:
+                client = lark_client_get(bot=bot)
+            else:
+                client = bot_ready(bot=bot)
+                budget.take(bot=bot, sleep=sleep, resend=attempt > 1)
+            response = call(client)
         except (OSError, ValueError) as error:  # connection refused, non-JSON body (HTML 502)
             last_error = FeishuApiError(f"{type(error).__name__}: {error}"[:300])
             logger.warning(
@@ -230,6 +279,7 @@ def message_reply_content(
     uuid: str,
     reply_in_thread: bool,
     sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
 ) -> SentMessage:
     """Reply with any msg_type: text `{"text"}`, post `{"zh_cn": ...}`, interactive (card JSON or reference)."""
     body = (
@@ -242,7 +292,7 @@ def message_reply_content(
     )
     request = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
     response = feishu_call(
-        bot=bot, operation="message.reply", call=lambda c: c.im.v1.message.reply(request), sleep=sleep
+        bot=bot, operation="message.reply", call=lambda c: c.im.v1.message.reply(request), sleep=sleep, budget=budget
     )
     return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
 
@@ -255,6 +305,7 @@ def message_create_content(
     content: dict[str, Any],
     uuid: str,
     sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
 ) -> SentMessage:
     body = (
         CreateMessageRequestBody.builder()
@@ -266,7 +317,7 @@ def message_create_content(
     )
     request = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
     response = feishu_call(
-        bot=bot, operation="message.create", call=lambda c: c.im.v1.message.create(request), sleep=sleep
+        bot=bot, operation="message.create", call=lambda c: c.im.v1.message.create(request), sleep=sleep, budget=budget
     )
     return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
 
@@ -279,6 +330,7 @@ def message_reply(
     uuid: str,
     reply_in_thread: bool,
     sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
 ) -> SentMessage:
     return message_reply_content(
         bot=bot,
@@ -288,23 +340,32 @@ def message_reply(
         uuid=uuid,
         reply_in_thread=reply_in_thread,
         sleep=sleep,
+        budget=budget,
     )
 
 
 def message_create(
-    *, bot: Bot, chat_id: str, text: str, uuid: str, sleep: Callable[[float], None] | None = None
+    *,
+    bot: Bot,
+    chat_id: str,
+    text: str,
+    uuid: str,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
 ) -> SentMessage:
     return message_create_content(
-        bot=bot, chat_id=chat_id, msg_type="text", content={"text": text}, uuid=uuid, sleep=sleep
+        bot=bot, chat_id=chat_id, msg_type="text", content={"text": text}, uuid=uuid, sleep=sleep, budget=budget
     )
 
 
-def card_create(*, bot: Bot, card: dict[str, Any], sleep: Callable[[float], None] | None = None) -> str:
+def card_create(
+    *, bot: Bot, card: dict[str, Any], sleep: Callable[[float], None] | None = None, budget: SendBudget | None = None
+) -> str:
     """CardKit `card.create` of a JSON 2.0 card (streaming_mode in its config) -> card_id."""
     body = CreateCardRequestBody.builder().type("card_json").data(json.dumps(card, ensure_ascii=False)).build()
     request = CreateCardRequest.builder().request_body(body).build()
     response = feishu_call(
-        bot=bot, operation="card.create", call=lambda c: c.cardkit.v1.card.create(request), sleep=sleep
+        bot=bot, operation="card.create", call=lambda c: c.cardkit.v1.card.create(request), sleep=sleep, budget=budget
     )
     return str(response.data.card_id or "")
 
@@ -318,6 +379,7 @@ def card_element_content_update(
     sequence: int,
     uuid: str = "",
     sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
 ) -> None:
     """The streaming update: the element's full text; Feishu refuses a sequence not above the card's last."""
     builder = ContentCardElementRequestBody.builder().content(content).sequence(sequence)
@@ -335,6 +397,7 @@ def card_element_content_update(
         operation="card.element.content",
         call=lambda c: c.cardkit.v1.card_element.content(request),
         sleep=sleep,
+        budget=budget,
     )
 
 
@@ -346,33 +409,60 @@ def card_settings_update(
     sequence: int,
     uuid: str = "",
     sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
 ) -> None:
     """CardKit `card.settings`, e.g. `{"config": {"streaming_mode": False, "summary": {"content": ...}}}`."""
     builder = SettingsCardRequestBody.builder().settings(json.dumps(settings, ensure_ascii=False)).sequence(sequence)
     if uuid:
         builder = builder.uuid(uuid)
     request = SettingsCardRequest.builder().card_id(card_id).request_body(builder.build()).build()
-    feishu_call(bot=bot, operation="card.settings", call=lambda c: c.cardkit.v1.card.settings(request), sleep=sleep)
+    feishu_call(
+        bot=bot,
+        operation="card.settings",
+        call=lambda c: c.cardkit.v1.card.settings(request),
+        sleep=sleep,
+        budget=budget,
+    )
 
 
-def reaction_create(*, bot: Bot, message_id: str, emoji_type: str, sleep: Callable[[float], None] | None = None) -> str:
+def reaction_create(
+    *,
+    bot: Bot,
+    message_id: str,
+    emoji_type: str,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
+) -> str:
     """Add a reaction (R1 receipt) -> reaction_id, which `reaction_delete` needs."""
     body = (
         CreateMessageReactionRequestBody.builder().reaction_type(Emoji.builder().emoji_type(emoji_type).build()).build()
     )
     request = CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
     response = feishu_call(
-        bot=bot, operation="reaction.create", call=lambda c: c.im.v1.message_reaction.create(request), sleep=sleep
+        bot=bot,
+        operation="reaction.create",
+        call=lambda c: c.im.v1.message_reaction.create(request),
+        sleep=sleep,
+        budget=budget,
     )
     return str(response.data.reaction_id or "")
 
 
 def reaction_delete(
-    *, bot: Bot, message_id: str, reaction_id: str, sleep: Callable[[float], None] | None = None
+    *,
+    bot: Bot,
+    message_id: str,
+    reaction_id: str,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
 ) -> None:
     request = DeleteMessageReactionRequest.builder().message_id(message_id).reaction_id(reaction_id).build()
     feishu_call(
-        bot=bot, operation="reaction.delete", call=lambda c: c.im.v1.message_reaction.delete(request), sleep=sleep
+        bot=bot,
+        operation="reaction.delete",
+        call=lambda c: c.im.v1.message_reaction.delete(request),
+        sleep=sleep,
+        budget=budget,
     )
 
 

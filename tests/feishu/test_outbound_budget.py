@@ -73,9 +73,12 @@ def _three_bots_send_into_one_chat(bots, stub) -> float:
     def sender(bot) -> None:
         try:
             for index in range(SENDS_PER_BOT):
-                send_budget_acquire(chat_id=CHAT, app_id=bot.feishu_app_id)
                 feishu_client.message_create(
-                    bot=bot, chat_id=CHAT, text=f"{bot.slug} {index}", uuid=f"{bot.slug}-{index}"
+                    bot=bot,
+                    chat_id=CHAT,
+                    text=f"{bot.slug} {index}",
+                    uuid=f"{bot.slug}-{index}",
+                    budget=feishu_client.SendBudget(chat_id=CHAT),
                 )
         except BaseException as error:  # noqa: BLE001 - reported by the test below
             errors.append(error)
@@ -202,3 +205,61 @@ def test_r4_a_redis_that_went_away_never_fails_a_send(settings, private_redis, c
     send_budget_acquire(chat_id="oc_away", app_id="cli_away", sleep=sleep)
     # then: the send goes now (it never waits for a token), and the log says the budget was not kept
     assert "send budget unavailable, sending without it" in caplog.text
+
+
+def _recording_takes(mocker, stub) -> list[int]:
+    """Each budget take feishu_call makes, as the number of tenant token fetches the stub had seen by then."""
+    takes: list[int] = []
+    real_acquire = feishu_client.send_budget_acquire
+
+    def acquire(**kwargs):
+        takes.append(len(stub.requests_to("token")))
+        return real_acquire(**kwargs)
+
+    mocker.patch("amuxweb.feishu.client.send_budget_acquire", side_effect=acquire)
+    return takes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_r4_a_bots_first_send_takes_its_budget_after_the_tenant_token_is_fetched(
+    settings, feishu_stub, make_feishu_bot, mocker
+):
+    # given: a bot that has never called Feishu (no client, no tenant token cached): the token fetch is a
+    # round trip of its own, up to a second under load, that must not sit between the take and the send
+    settings.REDIS_URL = ""
+    bot = make_feishu_bot()
+    takes = _recording_takes(mocker, feishu_stub)
+    # when
+    feishu_client.message_create(
+        bot=bot, chat_id=CHAT, text="first", uuid="first-1", budget=feishu_client.SendBudget(chat_id=CHAT)
+    )
+    # then: one take, made once the token was there; the request that followed is the send itself
+    assert takes == [1]
+    assert [r.route for r in feishu_stub.requests] == ["token", "create"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("first_taken", "expected_takes"), [(False, 2), (True, 1)])
+def test_r4_a_resend_after_a_rate_limit_answer_takes_a_send_of_its_own(
+    settings, feishu_stub, make_feishu_bot, mocker, first_taken, expected_takes
+):
+    # given: Feishu answers the first send 429/99991400 (another sender got there first)
+    settings.REDIS_URL = ""
+    bot = make_feishu_bot()
+    feishu_stub.fail_next(
+        "create", status=429, code=99991400, msg="rate limited", headers={"x-ogw-ratelimit-reset": "0"}
+    )
+    takes = _recording_takes(mocker, feishu_stub)
+    waits: list[float] = []
+    # when: first_taken is the intermediate card update's case (send_budget_try paid for the first request)
+    feishu_client.message_create(
+        bot=bot,
+        chat_id=CHAT,
+        text="again",
+        uuid="again-1",
+        sleep=waits.append,
+        budget=feishu_client.SendBudget(chat_id=CHAT, first_taken=first_taken),
+    )
+    # then: the resend took its own send before it left, whoever paid for the first request
+    assert len(takes) == expected_takes
+    assert [r.status for r in feishu_stub.requests_to("create")] == [429, 200]

@@ -1,6 +1,9 @@
 """One send budget per chat and per app (R4): Feishu allows 5 messages per second in a chat, shared by every
 bot in it, and 50 per second per app. Every outbound call of the bridge takes one token from the chat's bucket
-and one from the app's, both or neither, atomically:
+and one from the app's, both or neither, atomically. The send paths do not take it themselves: they pass a
+`feishu_client.SendBudget` and `feishu_call` takes it right before each request leaves (after the bot's
+tenant token is fetched, and again before a resend after a rate-limit answer), so a request reaches Feishu
+within its token's slot:
 
 - with Redis (`REDIS_URL`), in one Lua script, so every worker on every node shares the same buckets;
 - on the embedded default (no Redis), in the database, by a compare-and-swap on the bucket row's version.

@@ -38,7 +38,7 @@ from django.conf import settings
 
 from agents.models import Bot
 from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.outbound.budget import send_budget_acquire, send_budget_try
+from amuxweb.feishu.outbound.budget import send_budget_try
 from amuxweb.feishu.outbound.cards import (
     CARD_CHUNK_CHARS,
     MARKDOWN_ELEMENT_ID,
@@ -173,7 +173,7 @@ class StreamingCard:
             return
         if not send_budget_try(chat_id=self.chat_id, app_id=self.bot.feishu_app_id):
             return  # the chat is busy: this text is merged into the next update
-        self._push(body)
+        self._push(body, budget=feishu_client.SendBudget(chat_id=self.chat_id, first_taken=True))
 
     def finish(self, text: str) -> StreamState:
         """Write the complete text, close streaming; on a refused card, send it as plain replies. Idempotent.
@@ -185,12 +185,14 @@ class StreamingCard:
             return self.state
         if not self.state.is_fallback and self._ensure_card():
             self._roll_while_needed(final=True)
+        close_budget = feishu_client.SendBudget(chat_id=self.chat_id)
         if not self.state.is_fallback:
             self._wait_gap()
-            send_budget_acquire(chat_id=self.chat_id, app_id=self.bot.feishu_app_id, sleep=self.sleep)
             if self._body() != self.state.shown:
-                self._push(self._body())
-        if not self.state.is_fallback and self._close_current(summary_of=text):
+                self._push(self._body(), budget=feishu_client.SendBudget(chat_id=self.chat_id))
+                # the finish takes one send, as before: the close's first request rides on the update's
+                close_budget = feishu_client.SendBudget(chat_id=self.chat_id, first_taken=True)
+        if not self.state.is_fallback and self._close_current(summary_of=text, budget=close_budget):
             self.state.is_finished = True
             self.on_state(self.state)
             return self.state
@@ -207,13 +209,13 @@ class StreamingCard:
                 # reply that carries it shows content the moment it lands, one content update fewer.
                 body = self._body()
                 initial = body if len(body) <= self.card_chars else state.carry
-                send_budget_acquire(chat_id="", app_id=self.bot.feishu_app_id, sleep=self.sleep)
                 card = markdown_card(text=initial or STREAMING_PLACEHOLDER, streaming=True)
-                state.card_id = feishu_client.card_create(bot=self.bot, card=card, sleep=self.sleep)
+                state.card_id = feishu_client.card_create(
+                    bot=self.bot, card=card, sleep=self.sleep, budget=feishu_client.SendBudget(chat_id="")
+                )
                 state.sequence, state.shown, state.opened_at, state.message_id = 0, initial, self.now(), ""
                 self.on_state(state)  # stored before the reply that carries it: a re-run replies with this card
             if not state.message_id:
-                send_budget_acquire(chat_id=self.chat_id, app_id=self.bot.feishu_app_id, sleep=self.sleep)
                 sent = feishu_client.message_reply_content(
                     bot=self.bot,
                     message_id=self.reply_to_message_id,
@@ -222,6 +224,7 @@ class StreamingCard:
                     uuid=stream_uuid(uuid_base=self.uuid_base, kind="c", index=state.card_index),
                     reply_in_thread=self.reply_in_thread,
                     sleep=self.sleep,
+                    budget=feishu_client.SendBudget(chat_id=self.chat_id),
                 )
                 state.message_id = sent.message_id
                 self.on_state(state)
@@ -246,7 +249,7 @@ class StreamingCard:
     def _body(self) -> str:
         return self.state.carry + self._text[self._rest_start() :]
 
-    def _push(self, body: str) -> bool:
+    def _push(self, body: str, *, budget: "feishu_client.SendBudget") -> bool:
         state = self.state
         previous = state.shown
         state.sequence += 1
@@ -261,6 +264,7 @@ class StreamingCard:
                 content=body or STREAMING_PLACEHOLDER,
                 sequence=state.sequence,
                 sleep=self.sleep,
+                budget=budget,
             )
         except feishu_client.FeishuApiError as error:
             if error.code in STREAMING_ENDED_CODES:
@@ -284,7 +288,7 @@ class StreamingCard:
         if gap > 0:
             self.sleep(gap)
 
-    def _close_current(self, *, summary_of: str) -> bool:
+    def _close_current(self, *, summary_of: str, budget: "feishu_client.SendBudget") -> bool:
         """Streaming off with a summary (the chat list shows it instead of "[generating]")."""
         state = self.state
         if state.is_fallback:
@@ -300,6 +304,7 @@ class StreamingCard:
                 settings={"config": {"streaming_mode": False, "summary": {"content": card_summary(summary_of)}}},
                 sequence=state.sequence,
                 sleep=self.sleep,
+                budget=budget,
             )
         except feishu_client.FeishuApiError as error:
             if error.code in STREAMING_ENDED_CODES:
@@ -333,10 +338,12 @@ class StreamingCard:
             body += "\n" + fence_closing(fence)
         if not closed_by_feishu:
             self._wait_gap()
-            send_budget_acquire(chat_id=self.chat_id, app_id=self.bot.feishu_app_id, sleep=self.sleep)
+            close_budget = feishu_client.SendBudget(chat_id=self.chat_id)
             if body != state.shown:
-                self._push_closing(body)
-            self._close_current(summary_of=body)
+                self._push_closing(body, budget=close_budget)
+                # one send for the rollover, as before: the close's first request rides on the update's
+                close_budget = feishu_client.SendBudget(chat_id=self.chat_id, first_taken=True)
+            self._close_current(summary_of=body, budget=close_budget)
         offset = self._rest_start() + max(0, cut - len(state.carry))
         # What the closed card shows stays with it: the delivery rows record each message's own text.
         state.closed_cards.append({"card_id": state.card_id, "message_id": state.message_id, "text": body})
@@ -346,7 +353,7 @@ class StreamingCard:
         state.carry = fence + "\n" if fence else ""
         self.on_state(state)
 
-    def _push_closing(self, body: str) -> None:
+    def _push_closing(self, body: str, *, budget: "feishu_client.SendBudget") -> None:
         state = self.state
         state.sequence += 1
         state.shown = body
@@ -360,6 +367,7 @@ class StreamingCard:
                 content=body,
                 sequence=state.sequence,
                 sleep=self.sleep,
+                budget=budget,
             )
         except feishu_client.FeishuApiError as error:
             logger.warning(

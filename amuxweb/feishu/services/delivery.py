@@ -2,8 +2,9 @@
 
 A reply is cut into chunks on block boundaries, never inside a code fence (R2, `markdown_chunks`), and each chunk
 goes out in the bot's reply format: a markdown card (`interactive`, CardKit JSON 2.0) or `text`. Notices are
-always text. Every send first takes one token from the chat's and the app's send budget (R4), waiting for it:
-a final message is delayed, never dropped. A bot without Feishu credentials still gets its rows, marked
+always text. Every send takes one token from the chat's and the app's send budget (R4), waiting for it:
+a final message is delayed, never dropped. `feishu_call` takes it (`SendBudget`) right before the request
+leaves, once the bot's tenant token is cached, and again for a resend after a rate-limit answer. A bot without Feishu credentials still gets its rows, marked
 `recorded` instead of sent (F5).
 
 A streamed reply (the card of outbound.streaming) is sent by its controller; `stream_deliveries_record` writes its
@@ -23,7 +24,6 @@ from agents.models import Bot, Turn
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.messages import bot_text
 from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.outbound.budget import send_budget_acquire
 from amuxweb.feishu.outbound.cards import (
     CARD_CHUNK_CHARS,
     TEXT_CHUNK_CHARS,
@@ -113,7 +113,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
         text=delivery.content, reply_format="markdown_card" if delivery.msg_type == "interactive" else "text"
     )
     try:
-        send_budget_acquire(chat_id=delivery.chat_id, app_id=bot.feishu_app_id)
+        budget = feishu_client.SendBudget(chat_id=delivery.chat_id)
         if delivery.reply_to_message_id:
             sent = feishu_client.message_reply_content(
                 bot=bot,
@@ -122,6 +122,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
                 content=content.content,
                 uuid=delivery.uuid,
                 reply_in_thread=delivery.reply_in_thread,
+                budget=budget,
             )
         else:
             sent = feishu_client.message_create_content(
@@ -130,6 +131,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
                 msg_type=content.msg_type,
                 content=content.content,
                 uuid=delivery.uuid,
+                budget=budget,
             )
     except feishu_client.FeishuApiError as error:
         delivery.status = OutboundDelivery.Status.FAILED

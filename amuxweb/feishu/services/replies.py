@@ -21,7 +21,6 @@ from agents.services.turns.channels import StreamSink
 from agents.services.turns.ledger import turn_channel_state_add, turn_channel_state_merge
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu.messages import bot_text
-from amuxweb.feishu.outbound.budget import send_budget_acquire
 from amuxweb.feishu.outbound.streaming import StreamingCard, StreamState
 from amuxweb.feishu.parsing import ParsedMessage
 from amuxweb.feishu.services.delivery import delivery_uuid, plain_replies_send, stream_deliveries_record
@@ -70,8 +69,12 @@ def _reaction_add(*, turn: Turn, parsed: ParsedMessage, key: str, emoji: str) ->
     if not turn_channel_state_add(turn=turn, key=key, value={"emoji": emoji, "reaction_id": "", "removed": False}):
         return  # another run noted it first: it asks for the reaction, never this one too
     try:
-        send_budget_acquire(chat_id=parsed.chat_id, app_id=bot.feishu_app_id)
-        reaction_id = feishu_client.reaction_create(bot=bot, message_id=parsed.message_id, emoji_type=emoji)
+        reaction_id = feishu_client.reaction_create(
+            bot=bot,
+            message_id=parsed.message_id,
+            emoji_type=emoji,
+            budget=feishu_client.SendBudget(chat_id=parsed.chat_id),
+        )
     except feishu_client.FeishuApiError as error:
         logger.warning(
             "feishu reaction not added",
@@ -88,8 +91,12 @@ def _reaction_remove(*, turn: Turn, parsed: ParsedMessage, key: str) -> None:
     if not entry.get("reaction_id") or entry.get("removed"):
         return
     try:
-        send_budget_acquire(chat_id=parsed.chat_id, app_id=bot.feishu_app_id)
-        feishu_client.reaction_delete(bot=bot, message_id=parsed.message_id, reaction_id=entry["reaction_id"])
+        feishu_client.reaction_delete(
+            bot=bot,
+            message_id=parsed.message_id,
+            reaction_id=entry["reaction_id"],
+            budget=feishu_client.SendBudget(chat_id=parsed.chat_id),
+        )
     except feishu_client.FeishuApiError as error:
         logger.warning("feishu reaction not removed", extra={"bot": bot.slug, "turn_id": turn.pk, "code": error.code})
         return
