@@ -185,14 +185,7 @@ class StreamingCard:
             return self.state
         if not self.state.is_fallback and self._ensure_card():
             self._roll_while_needed(final=True)
-        close_budget = feishu_client.SendBudget(chat_id=self.chat_id)
-        if not self.state.is_fallback:
-            self._wait_gap()
-            if self._body() != self.state.shown:
-                self._push(self._body(), budget=feishu_client.SendBudget(chat_id=self.chat_id))
-                # the finish takes one send, as before: the close's first request rides on the update's
-                close_budget = feishu_client.SendBudget(chat_id=self.chat_id, first_taken=True)
-        if not self.state.is_fallback and self._close_current(summary_of=text, budget=close_budget):
+        if not self.state.is_fallback and self._last_update_and_close(self._body(), push=self._push, summary_of=text):
             self.state.is_finished = True
             self.on_state(self.state)
             return self.state
@@ -288,6 +281,17 @@ class StreamingCard:
         if gap > 0:
             self.sleep(gap)
 
+    def _last_update_and_close(self, body: str, *, push: Callable[..., object], summary_of: str) -> bool:
+        """The card's last content update (when it does not show `body` yet), then its close: one send for both,
+        as a card's ending took before the budget moved into `feishu_call` (the close's first request rides on
+        the update's). Whether the close went through (False once fallen back)."""
+        self._wait_gap()
+        close_budget = feishu_client.SendBudget(chat_id=self.chat_id)
+        if body != self.state.shown:
+            push(body, budget=close_budget)
+            close_budget = feishu_client.SendBudget(chat_id=self.chat_id, first_taken=True)
+        return self._close_current(summary_of=summary_of, budget=close_budget)
+
     def _close_current(self, *, summary_of: str, budget: "feishu_client.SendBudget") -> bool:
         """Streaming off with a summary (the chat list shows it instead of "[generating]")."""
         state = self.state
@@ -337,13 +341,7 @@ class StreamingCard:
         if fence:
             body += "\n" + fence_closing(fence)
         if not closed_by_feishu:
-            self._wait_gap()
-            close_budget = feishu_client.SendBudget(chat_id=self.chat_id)
-            if body != state.shown:
-                self._push_closing(body, budget=close_budget)
-                # one send for the rollover, as before: the close's first request rides on the update's
-                close_budget = feishu_client.SendBudget(chat_id=self.chat_id, first_taken=True)
-            self._close_current(summary_of=body, budget=close_budget)
+            self._last_update_and_close(body, push=self._push_closing, summary_of=body)
         offset = self._rest_start() + max(0, cut - len(state.carry))
         # What the closed card shows stays with it: the delivery rows record each message's own text.
         state.closed_cards.append({"card_id": state.card_id, "message_id": state.message_id, "text": body})
