@@ -10,7 +10,8 @@ not, changes nothing):
 The installed libraries are precompiled in both (pip writes their .pyc).
 
 Measured, each in a fresh child on its own SQLite file (migrated first, not counted), with the broker of
-REDIS_URL or the embedded one; a command's figure is the median of COMMAND_RUNS runs:
+REDIS_URL or the embedded one; a command's CPU is the least of COMMAND_RUNS runs (its RSS the median), cold and
+deployed taking turns so that both see the same load:
 - `python -c "import django; django.setup()"`: the floor every process pays;
 - `manage.py check` and `manage.py feishu_context_explain <root>` (which finds no decision): commands that call
   neither Feishu nor a provider, so neither lark-oapi nor a provider SDK may be imported (tests/test_startup.py);
@@ -28,6 +29,18 @@ Then (load ~2, no __pycache__: PYTHONDONTWRITEBYTECODE): setup 1.50 s, check 2.3
 longer imported by tasks_enqueue and the explain command running no system checks: 1.38 s, 2.06 s, 1.41 s. What
 check still pays over setup is the URLconf: DRF's compat module imports requests, psycopg (even on SQLite), yaml
 and pygments, and drf-spectacular's plumbing rest_framework.test / unittest.mock.
+Wave 5 (load 8, one run, least of 5): cold / deployed setup 2.00 / 1.80 s, check 3.07 / 2.70 s, explain 2.05 /
+1.70 s: the compiled bytecode saves 0.20, 0.37 and 0.35 s (x0.90, x0.88, x0.83); at load ~1 the lead measured
+cold 1.72 / 2.76 / 1.60 s. What a deployed setup still pays is not ours (each import timed alone after setup,
+load ~5): Django's ORM, forms and templates ~0.4 s; celery + kombu (with yaml from kombu's serializer registry and
+an entry-point scan) ~0.25 s, imported by django_celery_beat.models whatever amuxweb/__init__ does; django-celery-
+beat's CrontabSchedule.timezone ~0.12 s (django-timezone-field lists the tz database twice and builds 598 ZoneInfo
+choices when the model class is created; mfogel/django-timezone-field#156, open, makes the listing lazy); admin
+autodiscover ~0.1 s, Django's own admins mostly (the services our admins import are imported anyway by the Feishu
+app's ready(): < 5 ms more). `check` adds the URLconf, ~0.5 s: psycopg ~0.15 s via DRF's compat (even on SQLite),
+DRF's serializers ~0.14 s, drf-spectacular's openapi + plumbing (rest_framework.test, django.test,
+unittest.mock) ~0.2 s. The last is loaded by our API views' @extend_schema, which resolves the schema class as it
+decorates, not by the schema views: a URLconf without them imports the same modules.
 """
 
 import os
@@ -51,7 +64,7 @@ COMMAND_CPU_GOAL_SECONDS = 1.5
 IDLE_RSS_GOAL_MB = 150
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 HEAVY_SDKS = ("lark_oapi", "openai", "anthropic", "google.genai")
-COMMAND_RUNS = 3
+COMMAND_RUNS = 5
 # What `make install` compiles (keep the two lists the same).
 OUR_PACKAGES = ("amuxweb", "agents", "threadcontext", "probe")
 # Not copied into the run's checkout: the interpreter, history, caches, runtime files.
@@ -115,30 +128,34 @@ def _command_run(name: str, argv: list[str], env: dict[str, str], root: Path) ->
     return Cost(name, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
 
 
-def _command_cost(name: str, argv: list[str], env: dict[str, str], root: Path) -> Cost:
-    """The median of COMMAND_RUNS runs: one run on a busy machine can be off by a quarter."""
-    runs = [_command_run(name, argv, env, root) for _ in range(COMMAND_RUNS)]
-    return Cost(
-        name,
-        statistics.median(run.cpu_seconds for run in runs),
-        statistics.median(run.rss_mb for run in runs),
-    )
+COMMANDS = (
+    ("django.setup() (bare)", ["-c", "import django; django.setup()"]),
+    ("manage.py check", ["manage.py", "check"]),
+    ("manage.py feishu_context_explain", ["manage.py", "feishu_context_explain", "om_x"]),
+)
 
 
-def _commands_cost(condition: str, env: dict[str, str], root: Path) -> list[Cost]:
-    python, manage = sys.executable, "manage.py"
-    return [
-        _command_cost(
-            f"{condition}: django.setup() (bare)", [python, "-c", "import django; django.setup()"], env, root
-        ),
-        _command_cost(f"{condition}: manage.py check", [python, manage, "check"], env, root),
-        _command_cost(
-            f"{condition}: manage.py feishu_context_explain",
-            [python, manage, "feishu_context_explain", "om_x"],
-            env,
-            root,
-        ),
-    ]
+def _commands_cost(roots: dict[str, Path], env: dict[str, str]) -> dict[str, list[Cost]]:
+    """Each command in each condition, COMMAND_RUNS times, the conditions taking turns so both see the same load.
+    A figure is the least of its runs: the work is the same every time and other processes only ever add to its
+    CPU time (cache and core sharing; one run on a busy machine can be off by a third), as timeit's docs advise."""
+    runs: dict[tuple[str, str], list[Cost]] = {}
+    for _ in range(COMMAND_RUNS):
+        for name, argv in COMMANDS:
+            for condition, root in roots.items():
+                cost = _command_run(f"{condition}: {name}", [sys.executable, *argv], env, root)
+                runs.setdefault((condition, name), []).append(cost)
+    return {
+        condition: [
+            Cost(
+                f"{condition}: {name}",
+                min(run.cpu_seconds for run in runs[condition, name]),
+                statistics.median(run.rss_mb for run in runs[condition, name]),
+            )
+            for name, _ in COMMANDS
+        ]
+        for condition in roots
+    }
 
 
 def _proc_cpu_seconds(pid: int) -> float:
@@ -243,24 +260,33 @@ def _table_print(costs: list[Cost], bare: Cost) -> None:
 def run() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="amux-bench-startup-"))
     try:
-        root = _checkout_copy(scratch / "checkout")
+        cold_root = _checkout_copy(scratch / "cold")
+        root = _checkout_copy(scratch / "deployed")
+        _bytecode_compile(root)
         env = _env(scratch / "bench.sqlite3")
         subprocess.run(
             [sys.executable, "manage.py", "migrate", "-v0"], cwd=root, env=env, check=True, capture_output=True
         )
-        cold = _commands_cost("cold", env, root)
-        _bytecode_compile(root)
-        deployed = _commands_cost("deployed", env, root)
+        commands = _commands_cost({"cold": cold_root, "deployed": root}, env)
+        cold, deployed = commands["cold"], commands["deployed"]
         servers = [*_gunicorn_boot(env, root), *_celery_boot(env, root, scratch / "celery.log")]
         print(
             f"cold: our packages recompiled at every start (no .pyc, PYTHONDONTWRITEBYTECODE=1); deployed: after "
-            f"`compileall {' '.join(OUR_PACKAGES)}` (make install). Commands: median of {COMMAND_RUNS} runs; "
+            f"`compileall {' '.join(OUR_PACKAGES)}` (make install). Commands: least CPU of {COMMAND_RUNS} runs; "
             f"x bare: against the bare setup of the same condition; servers run deployed. "
             f"Load average {os.getloadavg()[0]:.2f}."
         )
         print(f"{'process':48} {'CPU s':>7} {'x bare':>7} {'RSS MB':>7} {'PSS MB':>7} {'USS MB':>7}")
         _table_print(cold, cold[0])
         _table_print(deployed + servers, deployed[0])
+        print(
+            "deployed / cold (what the compiled bytecode saves): "
+            + ", ".join(
+                f"{after.name.removeprefix('deployed: ')} {after.cpu_seconds / before.cpu_seconds:.2f}"
+                f" ({before.cpu_seconds - after.cpu_seconds:.2f} s less)"
+                for before, after in zip(cold, deployed, strict=True)
+            )
+        )
         for argv in (["manage.py", "check"], ["manage.py", "feishu_context_explain", "om_x"]):
             print(f"heavy SDKs imported by {' '.join(argv[1:])}: {_sdks_imported_by(argv, env, root) or 'none'}")
         print(
