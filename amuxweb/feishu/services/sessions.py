@@ -21,12 +21,13 @@ class SessionRetired(Exception):
 def _scope_key(*, bot: Bot, chat_id: str, chat_type: str, root_msg_id: str) -> tuple[str, bool]:
     """(scope key, is_group_scope) for an entry point."""
     from threadcontext.models import SessionBinding
-    from threadcontext.selectors import workspace_get, workspace_settings_resolve
+    from threadcontext.selectors import workspace_cached_get, workspace_settings_resolve
     from threadcontext.services import session_scope_key
 
     if chat_type == "p2p":
         return SessionBinding.GROUP_SCOPE_KEY, True
-    effective = workspace_settings_resolve(workspace=workspace_get(bot_profile=bot.slug, chat_id=chat_id))
+    # The workspace as routing read it a moment ago (cached, dropped on every write; issue 11): one query less.
+    effective = workspace_settings_resolve(workspace=workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id))
     return session_scope_key(session_scope=effective.session_scope, root_msg_id=root_msg_id), effective.is_group_scope
 
 
