@@ -20,7 +20,7 @@ def task_enqueue(*, task: Any, args: list, what: str, eta=None) -> bool:
         else:
             task.apply_async(args=args, eta=eta, retry=False)
     except Exception as error:
-        if not _broker_error(error):
+        if not broker_error(error):
             raise
         logger.warning(
             "task not enqueued (broker unavailable); the sweeper will pick it up",
@@ -34,7 +34,7 @@ def task_enqueue(*, task: Any, args: list, what: str, eta=None) -> bool:
     return True
 
 
-def _broker_error(error: Exception) -> bool:
+def broker_error(error: Exception) -> bool:
     """Whether `error` says the broker could not take a message (kombu's, the socket's or the Redis client's)."""
     if isinstance(error, (KombuOperationalError, OSError)):
         return True

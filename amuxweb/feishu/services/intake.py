@@ -15,6 +15,7 @@ from django.utils import timezone
 from agents.models import Bot
 from amuxweb.feishu.models import InboundEvent
 from amuxweb.tasks_enqueue import task_enqueue
+from amuxweb.tasks_relay import task_relay
 
 __all__ = ["task_enqueue"]  # the one enqueue helper (amuxweb.tasks_enqueue); discuss imports it from here
 
@@ -72,7 +73,8 @@ def inbound_event_store(
     event = InboundEvent(pk=inserted[0], **values)
     event.bot = bot
     event._state.adding, event._state.db = False, connection.alias  # as the ORM leaves a saved instance
-    transaction.on_commit(lambda: inbound_event_enqueue(event_pk=event.pk))  # at once when autocommitted
+    # At once when autocommitted; published by this process's relay thread, so the 200 never waits for the broker.
+    transaction.on_commit(lambda: inbound_event_relay(event_pk=event.pk))
     return event, True
 
 
@@ -101,6 +103,14 @@ def inbound_event_enqueue(*, event_pk: int) -> bool:
     from amuxweb.feishu.tasks import inbound_event_process
 
     return task_enqueue(task=inbound_event_process, args=[event_pk], what="inbound_event")
+
+
+def inbound_event_relay(*, event_pk: int) -> None:
+    """A stored event's processing, published off the caller's thread (amuxweb.tasks_relay); the sweeper is the
+    fallback for anything the relay could not publish."""
+    from amuxweb.feishu.tasks import inbound_event_process
+
+    task_relay(task=inbound_event_process, args=[event_pk], what="inbound_event")
 
 
 def claim_takeover_seconds() -> int:
