@@ -252,11 +252,16 @@ def run() -> None:
 
     logging.getLogger("probe.services").setLevel(logging.ERROR)  # one record per judgement: keep the output short
     logging.getLogger("amuxweb.feishu.discuss").setLevel(logging.ERROR)
+    from amuxweb.celery import app
+
     vendor = connection.vendor
     old_name = connection.settings_dict["NAME"]
     test_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     traffic = _traffic()
     results: dict[str, Tally] = {}
+    # The sweep fires each wake in place only when tasks run eagerly; with REDIS_URL set (`make bench` for the
+    # streaming bench) it would enqueue them to a broker no worker of this run reads, and judge nothing.
+    was_eager, app.conf.task_always_eager = app.conf.task_always_eager, True
     try:
         for name, gated, debounce in (
             ("ungated", False, False),
@@ -265,6 +270,7 @@ def run() -> None:
         ):
             results[name] = _scenario(name, gated=gated, debounce=debounce, traffic=traffic, tally=Tally())
     finally:
+        app.conf.task_always_eager = was_eager
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
     needing = sum(1 for _, needs in traffic if needs)
