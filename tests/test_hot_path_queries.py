@@ -48,12 +48,14 @@ MAX_QUERIES = {
     # hook), the workspace comes from routing's cache, the delivery attempt is counted in the claim's or the
     # reply's own UPDATE, a reply's delivery row is inserted without a read first. On SQLite 3 or 4 of them are the
     # send budget's bucket rows (read again after a wait for a token; one Redis script with REDIS_URL): 22 or 23.
-    "turn": 23,
+    # Then 21 or 22: a model that cannot call tools no longer reads the bot's MCP servers.
+    "turn": 22,
     # The default reply shape on SQLite: the receipt reaction added and removed, a streaming card created, updated
     # and closed, each Feishu call taking from the send budget (table rows here: about a third of the 49; one Redis
     # script with REDIS_URL), each card/receipt note stored on the turn before its call, one UPDATE each (the
-    # database merges it). 71 when streaming landed; 49 after issue 11's cuts above (+1 for a budget wait).
-    "turn_card": 50,
+    # database merges it). 71 when streaming landed; 49 after issue 11's cuts above (+1 for a budget wait); 48
+    # without the MCP servers' read.
+    "turn_card": 49,
 }
 # Where PostgreSQL needs fewer: a new context event and its item are one statement there, the wake and the event's
 # finish another (data-modifying CTEs).

@@ -219,8 +219,10 @@ def turn_tools_run(
     """The turn's answer through its bot's tools (streamed into `on_text` when given); see the module docstring."""
     entered = timezone.now()
     bot = turn.bot
-    servers = list(mcp_servers_enabled(bot=bot))
-    if not servers or not bot.primary_model.supports_tool_calls:
+    # The model first: a model that cannot call tools needs no read of the bot's servers (~2.5 ms of CPU per turn,
+    # the query joins the bot's row and orders it; issue 11).
+    servers = list(mcp_servers_enabled(bot=bot)) if bot.primary_model.supports_tool_calls else []
+    if not servers:
         return model_call(client=client, request=request, on_text=on_text), []
     secrets = bot_secrets(bot=bot)
     failures: list[tuple[McpServer, str]] = []

@@ -22,36 +22,45 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import lark_oapi as lark
 import requests
 from django.conf import settings
-from lark_oapi.api.cardkit.v1 import (
+
+from agents.models import Bot
+from amuxweb.feishu.outbound.budget import send_budget_acquire
+from amuxweb.feishu.sandbox import MESSAGE_NOT_FOUND_CODE, SANDBOX_DOMAIN, sandbox_transport_install
+from amuxweb.feishu.sdk import (
+    AccessTokenType,
+    BaseRequest,
+    CardkitService,
+    Config,
     ContentCardElementRequest,
     ContentCardElementRequestBody,
     CreateCardRequest,
     CreateCardRequestBody,
-    SettingsCardRequest,
-    SettingsCardRequestBody,
-)
-from lark_oapi.api.im.v1 import (
     CreateMessageReactionRequest,
     CreateMessageReactionRequestBody,
     CreateMessageRequest,
     CreateMessageRequestBody,
     DeleteMessageReactionRequest,
     Emoji,
+    GetChatRequest,
     GetMessageRequest,
+    HttpMethod,
+    ImService,
+    LogLevel,
+    ObtainAccessTokenException,
+    RawResponse,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
+    RequestOption,
+    SettingsCardRequest,
+    SettingsCardRequestBody,
+    TokenManager,
+    Transport,
+    domain_is_origin,
+    request_token_add,
+    sdk_logger,
 )
-from lark_oapi.core.enum import AccessTokenType, HttpMethod
-from lark_oapi.core.exception import ObtainAccessTokenException
-from lark_oapi.core.model import BaseRequest
-from lark_oapi.core.token.manager import TokenManager
-
-from agents.models import Bot
-from amuxweb.feishu.outbound.budget import send_budget_acquire
-from amuxweb.feishu.sandbox import MESSAGE_NOT_FOUND_CODE, SANDBOX_DOMAIN, sandbox_transport_install
 
 # Every lark client of ours goes through the sandbox check (a sandbox bot's calls never leave the machine).
 sandbox_transport_install()
@@ -71,9 +80,38 @@ MESSAGE_RESOURCE_PATH = "/open-apis/im/v1/messages/{message_id}/resources/{file_
 MESSAGE_RESOURCE_CHUNK_BYTES = 64 * 1024
 MESSAGE_RESOURCE_TOO_LARGE_CODE = -413  # ours, not Feishu's: the file is larger than the caller accepts
 
+
+class FeishuClient:
+    """What `lark.Client.builder()...build()` sets up, for the two services the bridge calls: the config (app,
+    secret, domain, timeout, log level), `im` and `cardkit`, and a raw request through the same token check and
+    transport. `lark_oapi.client` would import all ~60 services of the SDK (amuxweb/feishu/sdk.py); the services
+    are the SDK's own, so every request is the one lark.Client would send. The tenant token cache is the SDK's
+    process-wide `TokenManager.cache`, as with lark.Client."""
+
+    def __init__(self, *, app_id: str, app_secret: str, domain: str, timeout_seconds: float) -> None:
+        if not domain_is_origin(domain):  # the builder's check: a request carries the app secret to this host
+            raise ValueError(f"domain must be an https origin (got {domain!r})")
+        config = Config()
+        config.app_id = app_id
+        config.app_secret = app_secret
+        config.domain = domain
+        config.timeout = timeout_seconds
+        config.log_level = LogLevel.CRITICAL  # feishu_call logs every failure itself, structured
+        sdk_logger.setLevel(int(config.log_level.value))  # the SDK's one logger, as its builder sets it
+        self.config = config
+        self.im = ImService(config)
+        self.cardkit = CardkitService(config)
+
+    def request(self, request: BaseRequest) -> RawResponse:
+        """A request the SDK has no typed call for: its access token added, sent by the SDK's transport."""
+        option = RequestOption()
+        request_token_add(self.config, request, option)
+        return Transport.execute(self.config, request, option)
+
+
 # One client per bot (issue 9.11): the entry is replaced when the bot's credentials or the domain change,
 # never added beside the old one, so saving a bot a thousand times keeps one client.
-_clients: dict[int, tuple[tuple[str, str, str], lark.Client]] = {}
+_clients: dict[int, tuple[tuple[str, str, str], FeishuClient]] = {}
 _clients_lock = threading.Lock()
 
 
@@ -143,7 +181,7 @@ class MessageResource:
     mime: str
 
 
-def lark_client_get(*, bot: Bot) -> lark.Client:
+def lark_client_get(*, bot: Bot) -> FeishuClient:
     # A sandbox bot's client has the sandbox domain: the transport answers it locally (amuxweb/feishu/sandbox.py).
     domain = SANDBOX_DOMAIN if bot.is_sandbox else settings.FEISHU_DOMAIN
     app_id = bot.bridge_id if bot.is_sandbox else bot.feishu_app_id
@@ -152,26 +190,20 @@ def lark_client_get(*, bot: Bot) -> lark.Client:
     if entry is not None and entry[0] == fingerprint:
         return entry[1]
     with _clients_lock:
-        client = (
-            lark.Client.builder()
-            .app_id(app_id)
-            .app_secret(bot.feishu_app_secret)
-            .domain(domain)
-            .timeout(CLIENT_TIMEOUT_SECONDS)
-            .log_level(lark.LogLevel.CRITICAL)  # feishu_call logs every failure itself, structured
-            .build()
+        client = FeishuClient(
+            app_id=app_id, app_secret=bot.feishu_app_secret, domain=domain, timeout_seconds=CLIENT_TIMEOUT_SECONDS
         )
         _clients[bot.pk] = (fingerprint, client)
     return client
 
 
-def bot_ready(*, bot: Bot) -> lark.Client:
+def bot_ready(*, bot: Bot) -> FeishuClient:
     """The bot's client, with its tenant token in the SDK's cache (fetched now if absent or expired), so the
     request that follows leaves at once. A failed fetch is left to the request itself, which fetches again
     and answers it as `feishu_call` knows (transport error, token codes)."""
     client = lark_client_get(bot=bot)
     try:
-        TokenManager.get_self_tenant_token(client._config)
+        TokenManager.get_self_tenant_token(client.config)
     except (ObtainAccessTokenException, OSError, ValueError):
         logger.info("feishu tenant token not fetched ahead of the call", extra={"bot": bot.slug})
     return client
@@ -215,7 +247,7 @@ def feishu_call(
     *,
     bot: Bot,
     operation: str,
-    call: Callable[[lark.Client], Any],
+    call: Callable[[FeishuClient], Any],
     sleep: Callable[[float], None] | None = None,
     budget: SendBudget | None = None,
 ) -> Any:
@@ -495,8 +527,8 @@ def message_resource_get(
         message_id=requests.utils.quote(message_id, safe=""), file_key=requests.utils.quote(file_key, safe="")
     )
 
-    def call(client: lark.Client) -> Any:
-        token = TokenManager.get_self_tenant_token(client._config)
+    def call(client: FeishuClient) -> Any:
+        token = TokenManager.get_self_tenant_token(client.config)
         response = requests.get(
             settings.FEISHU_DOMAIN.rstrip("/") + path,
             params={"type": type},
@@ -557,7 +589,7 @@ def bot_info_open_id(*, bot: Bot, sleep: Callable[[float], None] | None = None) 
         .build()
     )
 
-    def call(client: lark.Client) -> Any:
+    def call(client: FeishuClient) -> Any:
         return _RawResult(client.request(request))
 
     response = feishu_call(bot=bot, operation="bot.info", call=call, sleep=sleep)
@@ -565,16 +597,20 @@ def bot_info_open_id(*, bot: Bot, sleep: Callable[[float], None] | None = None) 
 
 
 class _RawResult:
-    """Adapts a raw BaseResponse (bytes content) to the success()/code/msg shape feishu_call reads."""
+    """Adapts a raw response (bytes content) to the success()/code/msg shape feishu_call reads, reading it as
+    lark.Client.request does: a JSON body carries the code, another 2xx body is a success."""
 
-    def __init__(self, response: Any) -> None:
-        self.raw = response.raw
+    def __init__(self, raw: RawResponse) -> None:
+        self.raw = raw
+        is_json = (raw.headers.get("Content-Type") or "").startswith("application/json")
         try:
-            self.body = json.loads(response.raw.content or b"{}")
+            self.body = json.loads(raw.content or b"{}")
         except ValueError:
+            if is_json:
+                raise  # what the SDK's unmarshal raises: a transport error to feishu_call
             self.body = {}
-        self.code = self.body.get("code", getattr(response, "code", None))
-        self.msg = self.body.get("msg", getattr(response, "msg", ""))
+        self.code = self.body.get("code", None if is_json or not 200 <= raw.status_code < 300 else 0)
+        self.msg = self.body.get("msg", "")
 
     def success(self) -> bool:
         return self.code == 0
@@ -596,8 +632,6 @@ class ChatInfo:
 
 def chat_get(*, bot: Bot, chat_id: str, sleep: Callable[[float], None] | None = None) -> ChatInfo:
     """`GET /open-apis/im/v1/chats/{chat_id}`: the group's name and mode (G1); read once per workspace."""
-    from lark_oapi.api.im.v1 import GetChatRequest
-
     request = GetChatRequest.builder().chat_id(chat_id).build()
     response = feishu_call(bot=bot, operation="chat.get", call=lambda c: c.im.v1.chat.get(request), sleep=sleep)
     data = response.data

@@ -33,19 +33,20 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from typing import Any
 
-import lark_oapi as lark
-import lark_oapi.ws.client as lark_ws_client
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connections
 from django.db.models import F
 from django.utils import timezone
-from lark_oapi.event.custom import CustomizedEvent
 
 from agents.models import Bot
 from amuxweb.feishu.models import FeishuConnection
+from amuxweb.feishu.sdk import CustomizedEvent, LogLevel, ws_client_module
 from amuxweb.feishu.webhook import captured_event_prepare, captured_event_store, event_handler_build
 
 logger = logging.getLogger(__name__)
+
+# The SDK's websocket client and its module-level event loop (websockets, protobuf): only this process loads them.
+lark_ws_client = ws_client_module()
 
 # The longest a processor waits for its store before the SDK acks 500 (Feishu redelivers); below Feishu's 3 s.
 STORE_TIMEOUT_SECONDS = 2.5
@@ -110,7 +111,7 @@ def _error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:ERROR_MAX_CHARS]
 
 
-class _ObservedClient(lark.ws.Client):
+class _ObservedClient(lark_ws_client.Client):
     """The SDK's client, telling `LongConnection` when a connection is made or fails.
 
     The SDK has hooks for reconnecting and reconnected only; the first connection and a failed attempt are
@@ -141,7 +142,7 @@ class LongConnection:
     _loop: asyncio.AbstractEventLoop | None = None
     _db: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
     _has_connected: bool = False
-    _client: lark.ws.Client | None = None
+    _client: lark_ws_client.Client | None = None
 
     def _in_db_thread(self, function: Callable[..., Any], **kwargs: Any) -> Future:
         def run() -> Any:
@@ -188,14 +189,14 @@ class LongConnection:
         logger.warning("feishu long connection failed", extra={"bot": self.bot.slug, "error": _error_text(error)})
         self._state(last_error=_error_text(error), last_error_at=timezone.now())
 
-    def client_build(self) -> lark.ws.Client:
+    def client_build(self) -> lark_ws_client.Client:
         """The SDK client on the bot's credentials, with the webhook's handler builder and our store."""
         handler = event_handler_build(bot=self.bot, processor=self._process)
         client = _ObservedClient(
             self.bot.feishu_app_id,
             self.bot.feishu_app_secret,
             # WARNING: at INFO the SDK logs the connection URL, whose query carries the connection's access key.
-            log_level=lark.LogLevel.WARNING,
+            log_level=LogLevel.WARNING,
             event_handler=handler,
             domain=self.domain or settings.FEISHU_LONG_CONNECTION_DOMAIN or settings.FEISHU_DOMAIN,
             on_connected=self._connected,

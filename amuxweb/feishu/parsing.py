@@ -250,11 +250,11 @@ def card_text(content: dict[str, Any]) -> str:
         lines.append(content["text"].strip())
     lines.extend(_card_elements_text(content.get("elements")))
     if "schema" in content or "body" in content or "header" in content:
-        # Lazy: lark_oapi.channel loads the SDK's whole channel layer; only a CardKit JSON card needs its walk.
-        from lark_oapi.channel.normalize.converters import interactive as sdk_card_converter
-        from lark_oapi.channel.types import InteractiveContent
+        # Lazy: lark-oapi is loaded only by processes that talk to Feishu (amuxweb/feishu/sdk.py); parsing is
+        # also imported by commands that never do.
+        from amuxweb.feishu.sdk import InteractiveContent, card_converter
 
-        walked, _ = sdk_card_converter.convert(InteractiveContent(card=content))
+        walked, _ = card_converter.convert(InteractiveContent(card=content))
         if walked and walked != "[interactive]":
             lines.extend(line for line in walked.split("\n") if line.strip() and line.strip() not in lines)
     return "\n".join(lines)

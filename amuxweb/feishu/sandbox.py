@@ -21,11 +21,9 @@ import secrets
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from lark_oapi.core.http import Transport
-from lark_oapi.core.json import JSON
-from lark_oapi.core.model import Config, RawResponse
 
 from amuxweb.feishu.models import SandboxCall
+from amuxweb.feishu.sdk import JSON, Config, RawResponse, Transport
 
 logger = logging.getLogger(__name__)
 

@@ -19,13 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import lark_oapi as lark
-from lark_oapi.core.model import RawRequest
-from lark_oapi.core.utils.decryptor import AESCipher
-from lark_oapi.event.custom import CustomizedEvent
-
 from agents.models import Bot
 from amuxweb.feishu.models import InboundEvent
+from amuxweb.feishu.sdk import AESCipher, CustomizedEvent, EventDispatcherHandler, LogLevel, RawRequest
 from amuxweb.feishu.services.intake import inbound_event_store
 from amuxweb.feishu.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP
 from amuxweb.parsers import MAX_JSON_DEPTH, JsonTooDeepError, json_depth_exceeds, json_loads_bounded
@@ -43,7 +39,7 @@ HANDLED_EVENT_TYPES = (
 )
 
 _captured: contextvars.ContextVar[CustomizedEvent | None] = contextvars.ContextVar("feishu_captured", default=None)
-_handlers: dict[int, tuple[Any, lark.EventDispatcherHandler]] = {}
+_handlers: dict[int, tuple[Any, EventDispatcherHandler]] = {}
 _handlers_lock = threading.Lock()
 # slug -> (monotonic expiry, Bot): the webhook reads the bot row at most once per BOT_CACHE_SECONDS per process.
 _bots: dict[str, tuple[float, Bot]] = {}
@@ -90,22 +86,22 @@ def _capture(data: CustomizedEvent) -> None:
     _captured.set(data)
 
 
-def event_handler_build(*, bot: Bot, processor: Callable[[CustomizedEvent], None]) -> lark.EventDispatcherHandler:
+def event_handler_build(*, bot: Bot, processor: Callable[[CustomizedEvent], None]) -> EventDispatcherHandler:
     """The one handler builder of both intakes: the bot's keys and every HANDLED_EVENT_TYPES to `processor`."""
     # CRITICAL: lark-oapi would log a traceback for every refused request; the view logs one structured line.
-    builder = lark.EventDispatcherHandler.builder(
-        bot.feishu_encrypt_key or "", bot.feishu_verification_token or "", lark.LogLevel.CRITICAL
+    builder = EventDispatcherHandler.builder(
+        bot.feishu_encrypt_key or "", bot.feishu_verification_token or "", LogLevel.CRITICAL
     )
     for event_type in HANDLED_EVENT_TYPES:
         builder = builder.register_p2_customized_event(event_type, processor)
     return builder.build()
 
 
-def _handler_build(bot: Bot) -> lark.EventDispatcherHandler:
+def _handler_build(bot: Bot) -> EventDispatcherHandler:
     return event_handler_build(bot=bot, processor=_capture)
 
 
-def event_handler_get(*, bot: Bot) -> lark.EventDispatcherHandler:
+def event_handler_get(*, bot: Bot) -> EventDispatcherHandler:
     """The bot's handler, rebuilt when its credentials change (keyed on updated_at)."""
     cached = _handlers.get(bot.pk)
     if cached and cached[0] == bot.updated_at:

@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 from django.test import TestCase
-from lark_oapi.core.cache import LocalCache
-from lark_oapi.core.token.manager import TokenManager
 
 from agents.models import Bot
 from amuxweb.feishu import client as feishu_client
 from amuxweb.feishu import webhook as feishu_webhook
+from amuxweb.feishu.sdk import LocalCache, TokenManager
 from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
 from tests.agents.factories import BotFactory
 from tests.stubs.feishu_server import FeishuStub, FeishuStubServer

@@ -235,4 +235,4 @@ def test_issue_9_11_the_client_cache_keeps_one_entry_per_bot_replaced_on_new_cre
     # then
     assert second is not first
     assert list(feishu_client._clients) == [bot.pk]
-    assert second._config.app_secret == "rotated-secret"
+    assert second.config.app_secret == "rotated-secret"

@@ -175,7 +175,7 @@ def test_f4_client_uses_the_feishu_domain_setting(feishu_stub, make_feishu_bot):
 
     client = feishu_client.lark_client_get(bot=bot)
 
-    assert client._config.domain == feishu_stub.url
+    assert client.config.domain == feishu_stub.url
 
 
 def test_f6_bot_open_id_is_read_once_from_bot_info_and_cached(feishu_stub, make_feishu_bot):

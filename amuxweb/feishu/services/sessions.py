@@ -21,26 +21,26 @@ class SessionRetired(Exception):
 def _scope_key(*, bot: Bot, chat_id: str, chat_type: str, root_msg_id: str) -> tuple[str, bool]:
     """(scope key, is_group_scope) for an entry point."""
     from threadcontext.models import SessionBinding
-    from threadcontext.selectors import workspace_get, workspace_settings_resolve
+    from threadcontext.selectors import workspace_cached_get, workspace_settings_resolve
     from threadcontext.services import session_scope_key
 
     if chat_type == "p2p":
         return SessionBinding.GROUP_SCOPE_KEY, True
-    effective = workspace_settings_resolve(workspace=workspace_get(bot_profile=bot.slug, chat_id=chat_id))
+    # The workspace as routing read it a moment ago (cached, dropped on every write; issue 11): one query less.
+    effective = workspace_settings_resolve(workspace=workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id))
     return session_scope_key(session_scope=effective.session_scope, root_msg_id=root_msg_id), effective.is_group_scope
 
 
 def _reply_targets_retired_session(*, bot: Bot, parent_id: str) -> bool:
     from threadcontext.models import SessionBinding
 
-    delivery = (
-        OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parent_id, turn__isnull=False)
-        .select_related("turn")
-        .first()
-    )
-    if delivery is None:
+    # Only the thread's id, and no ORDER BY (any of the reply's chunks names the same turn): the whole delivery and
+    # turn rows, ordered, cost ~1 ms of CPU per reply in a topic (issue 11).
+    delivered = OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parent_id, turn__isnull=False)
+    thread_id = next(iter(delivered.values_list("turn__thread_id", flat=True)[:1]), None)
+    if thread_id is None:
         return False
-    bindings = SessionBinding.objects.filter(agent_thread_id=delivery.turn.thread_id)
+    bindings = SessionBinding.objects.filter(agent_thread_id=thread_id)
     return bindings.exists() and not bindings.filter(retired_at__isnull=True).exists()
 
 
