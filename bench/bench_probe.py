@@ -12,9 +12,13 @@ tokens, and PRIMARY_OUTPUT_TOKENS out; a reply is recorded as the bot's agent_ou
 
 Scenarios: ungated (no probe: every wake runs the primary, as without the feature), gated without debounce
 (one probe per message), gated with the default debounce (3 s initial, 30 s max). The judge sees what changed
-in the timeline since its last verdict plus a six-message tail (probe.rules.since_last_verdict); before that it
-saw the newest 40 items on every probe: 0.808 (no debounce) and 0.156 (debounce) tokens gated/ungated, against
-0.383 and 0.111 after, with 0 needed replies missed either way. "Missed" counts the messages that need the bot
+in the timeline since its last verdict plus a tail of messages it already saw (probe.rules.since_last_verdict);
+before that it saw the newest 40 items on every probe: 0.808 (no debounce) and 0.156 (debounce) tokens
+gated/ungated, against 0.383 and 0.111 with a fixed six-message tail. Where a debounced probe's 1,557 tokens
+then went (the breakdown printed below): system prompt 550, transcript 687 (13.8 messages: 7.5 new, 6 seen),
+schema 300 and output 20. Issue 11's cuts: the judge prompt says each rule once (550 -> 363 tokens) and the seen
+tail shrinks as a burst brings its own context (six in view, at least two seen): 0.319 and 0.098, transcript 497
+tokens in 10.1 messages, 0 needed replies missed either way. "Missed" counts the messages that need the bot
 and that no judge saw before the bot next spoke (the stub judge sends on every one it sees).
 Run: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/amux_d python -m bench probe`.
 """
@@ -71,6 +75,9 @@ def _traffic() -> list[tuple[datetime, bool]]:
 class Tally:
     probes: int = 0
     judge_tokens: int = 0
+    judge_system_tokens: int = 0  # where the judge's tokens go: its system prompt,
+    judge_transcript_tokens: int = 0  # the transcript it was shown,
+    judge_transcript_messages: int = 0  # in this many messages; the rest is schema and output (constants)
     judge_seconds: float = 0.0
     primary_calls: int = 0
     primary_tokens: int = 0
@@ -111,6 +118,9 @@ class StubJudge:
         )
         self.tally.probes += 1
         self.tally.judge_tokens += usage.input_tokens + usage.output_tokens
+        self.tally.judge_system_tokens += message_tokens(request.messages[0])
+        self.tally.judge_transcript_tokens += sum(message_tokens(m) for m in request.messages[1:])
+        self.tally.judge_transcript_messages += len(request.messages) - 1
         verdict = {"should_act": "send" if send else "no_action", "reason": "a question for the bot" if send else ""}
         result = CompletionResult(text="", tool_calls=(ToolCall(name="decide", arguments=verdict),), usage=usage)
         self.tally.judge_seconds += time.perf_counter() - started
@@ -242,11 +252,16 @@ def run() -> None:
 
     logging.getLogger("probe.services").setLevel(logging.ERROR)  # one record per judgement: keep the output short
     logging.getLogger("amuxweb.feishu.discuss").setLevel(logging.ERROR)
+    from amuxweb.celery import app
+
     vendor = connection.vendor
     old_name = connection.settings_dict["NAME"]
     test_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     traffic = _traffic()
     results: dict[str, Tally] = {}
+    # The sweep fires each wake in place only when tasks run eagerly; with REDIS_URL set (`make bench` for the
+    # streaming bench) it would enqueue them to a broker no worker of this run reads, and judge nothing.
+    was_eager, app.conf.task_always_eager = app.conf.task_always_eager, True
     try:
         for name, gated, debounce in (
             ("ungated", False, False),
@@ -255,6 +270,7 @@ def run() -> None:
         ):
             results[name] = _scenario(name, gated=gated, debounce=debounce, traffic=traffic, tally=Tally())
     finally:
+        app.conf.task_always_eager = was_eager
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
     needing = sum(1 for _, needs in traffic if needs)
@@ -270,6 +286,12 @@ def run() -> None:
             f"{tally.gate_seconds * 1000 / MESSAGES:>11.3f} {tally.gate_queries / MESSAGES:>11.2f}"
         )
     ungated, plain, debounced = results["ungated"], results["gated-no-debounce"], results["gated-debounce"]
+    for name, tally in results.items():
+        if tally.probes:
+            print(f"judge tokens per probe, {name}: system prompt {tally.judge_system_tokens / tally.probes:.0f}, "
+                  f"transcript {tally.judge_transcript_tokens / tally.probes:.0f} "
+                  f"({tally.judge_transcript_messages / tally.probes:.1f} messages), "
+                  f"schema {JUDGE_SCHEMA_TOKENS} and output {JUDGE_OUTPUT_TOKENS} (constants)")  # fmt: skip
     print(f"primary calls gated/ungated: {plain.primary_calls}/{ungated.primary_calls} = "
           f"{plain.primary_calls / ungated.primary_calls:.3f} (no debounce), "
           f"{debounced.primary_calls}/{ungated.primary_calls} = {debounced.primary_calls / ungated.primary_calls:.3f} "

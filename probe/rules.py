@@ -159,8 +159,13 @@ def admit_window(*, messages: list[ChatMessage], budget: int) -> list[ChatMessag
 # --- Since the last verdict (issue 11, discuss cost) ---------------------------------------------------------
 # A burst in a busy group is a handful of messages, and the judge used to see the whole transcript (40 items)
 # on every probe: the same history paid for again and again. It now sees what arrived since its last verdict in
-# the topic plus this many messages it already judged, what the new ones answer or refer to.
+# the topic plus a tail of messages it already judged, what the new ones answer or refer to: the judge always
+# has at least PROBE_SEEN_TAIL_MESSAGES in view (all of them seen when nothing is new), and never fewer than
+# PROBE_SEEN_TAIL_MIN_MESSAGES seen ones. A burst brings its own context, so its tail shrinks (issue 11: the
+# debounced bench probe carried 7.5 new messages and 6 seen ones). The bot's own reply since the verdict is new,
+# never cut: the verdict's mark was taken before the bot spoke.
 PROBE_SEEN_TAIL_MESSAGES = 6
+PROBE_SEEN_TAIL_MIN_MESSAGES = 2
 # The newest messages a verdict saw, digested in order: where the next probe's new messages start. Three, so an
 # "ok" repeated later is not taken for the place the last verdict stopped.
 PROBE_SEEN_MARK_MESSAGES = 3
@@ -176,10 +181,21 @@ def seen_mark(*, messages: list[ChatMessage]) -> str:
     return digest.hexdigest()
 
 
+def seen_tail_length(
+    *, new: int, tail: int = PROBE_SEEN_TAIL_MESSAGES, least: int = PROBE_SEEN_TAIL_MIN_MESSAGES
+) -> int:
+    """How many already judged messages go before `new` new ones: enough for `tail` in view, at least `least`."""
+    return max(min(least, tail), tail - new)
+
+
 def since_last_verdict(
-    *, messages: list[ChatMessage], mark: str, tail: int = PROBE_SEEN_TAIL_MESSAGES
+    *,
+    messages: list[ChatMessage],
+    mark: str,
+    tail: int = PROBE_SEEN_TAIL_MESSAGES,
+    least: int = PROBE_SEEN_TAIL_MIN_MESSAGES,
 ) -> list[ChatMessage]:
-    """The messages new since the verdict that left `mark`, after the `tail` newest it had seen.
+    """The messages new since the verdict that left `mark`, after a tail of those it had seen (seen_tail_length).
 
     The mark is looked for from the newest end, so the newest place it matches is where the last verdict
     stopped. No mark, or a mark no longer in the transcript (more new messages than the transcript holds, or the
@@ -190,7 +206,8 @@ def since_last_verdict(
         return messages
     for end in range(len(messages), 0, -1):
         if seen_mark(messages=messages[:end]) == mark:
-            return messages[max(0, end - tail) :]
+            kept = seen_tail_length(new=len(messages) - end, tail=tail, least=least)
+            return messages[max(0, end - kept) :]
     return messages
 
 

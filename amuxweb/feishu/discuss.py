@@ -150,12 +150,19 @@ def discuss_wakes_forget_message(*, chat_id: str, message_id: str) -> int:
 
 
 def discuss_wake_schedule(
-    *, bot: Bot, chat_id: str, root_msg_id: str, message_id: str, now: datetime | None = None
+    *,
+    bot: Bot,
+    chat_id: str,
+    root_msg_id: str,
+    message_id: str,
+    now: datetime | None = None,
+    carried_write: tuple[str, list] | None = None,
 ) -> DiscussWake:
     """Open or extend the pending wake of (bot, chat, topic) for one more group message (P10).
 
     In a workspace with one continuous session per group, the whole group is the topic: its key is
     SessionBinding.GROUP_SCOPE_KEY, so a burst across top-level messages is still one probe.
+    `carried_write`: the caller's own UPDATE (sql, params) written with the wake (see discuss_wake_upsert).
     """
     from threadcontext.selectors import workspace_cached_get
 
@@ -171,6 +178,7 @@ def discuss_wake_schedule(
         due_at=now + initial,
         deadline_at=now + maximum,
         first_message_at=now,
+        carried_write=carried_write,
     )
     if wake.message_ids != [message_id]:
         return wake  # extended: no new task, the queued one re-checks due_at and re-schedules itself
@@ -210,6 +218,7 @@ def discuss_wake_upsert(
     due_at: datetime,
     deadline_at: datetime,
     first_message_at: datetime,
+    carried_write: tuple[str, list] | None = None,
 ) -> DiscussWake:
     """Open the pending wake of (bot, chat, key) or extend it by one message, in one statement (issue 11).
 
@@ -218,6 +227,11 @@ def discuss_wake_upsert(
     row, then extends it), with no read first, no row lock held across statements and no retry loop. Django's
     bulk_create(update_conflicts=True) cannot name a partial index's condition nor compute the new values from
     the old row, hence the raw SQL. A wake opened here holds exactly [message_id].
+
+    `carried_write`: an UPDATE of the caller's (routing's "event done") that rides in the same statement on
+    PostgreSQL, as a data-modifying CTE in front of the INSERT (it runs exactly once, in the same snapshot and
+    transaction, and the wake's row is untouched by it: another table). SQLite has no DML in a WITH clause: there
+    it runs as its own statement just before, in the caller's transaction, so both commit or neither does.
     """
     meta = DiscussWake._meta
     quote = connection.ops.quote_name
@@ -242,15 +256,21 @@ def discuss_wake_upsert(
     params = [adapt(value) if isinstance(value, datetime) else value for value in values.values()]
     returning = ", ".join(quote(field.column) for field in meta.concrete_fields)
     extend = _WAKE_EXTEND_SQL[connection.vendor].format(t=table)
+    carried_sql, carried_params = carried_write or ("", [])
+    if carried_sql and connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(carried_sql, carried_params)
+        carried_sql, carried_params = "", []
     sql = (
-        f"INSERT INTO {table} ({', '.join(quote(column) for column in values)})"
+        (f"WITH carried_write AS ({carried_sql}) " if carried_sql else "")
+        + f"INSERT INTO {table} ({', '.join(quote(column) for column in values)})"
         f" VALUES ({', '.join(['%s'] * len(values))})"
         # The index's own condition (a literal, so PostgreSQL can match the partial index to it).
         f" ON CONFLICT (bot_id, chat_id, root_msg_id) WHERE status = '{DiscussWake.Status.PENDING}'"
         f" DO UPDATE SET {extend}, last_message_id = excluded.last_message_id, updated_at = excluded.updated_at"
         f" RETURNING {returning}"
     )
-    (wake,) = DiscussWake.objects.raw(sql, params)
+    (wake,) = DiscussWake.objects.raw(sql, [*carried_params, *params])
     wake.bot = bot
     return wake
 

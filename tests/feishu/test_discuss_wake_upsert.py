@@ -4,7 +4,8 @@
 The wake is never lost: the first message opens it and queues its fire task; every later one extends the same
 row (appended once, due_at moved forward but never past the deadline, never back) and queues nothing; a wake
 no longer pending (running, done) is not extended: the next message opens a new one. Two workers scheduling
-one topic at once end with one wake holding both messages.
+one topic at once end with one wake holding both messages. The routed event's "done" rides in the same statement
+on PostgreSQL (a data-modifying CTE), so an un-addressed discuss message costs 3 statements there.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,9 @@ from django.test.utils import CaptureQueriesContext
 
 from amuxweb.feishu import discuss
 from amuxweb.feishu.discuss import discuss_wake_schedule, discuss_wake_upsert
-from amuxweb.feishu.models import DiscussWake
+from amuxweb.feishu.models import DiscussWake, InboundEvent
+from amuxweb.feishu.services.intake import EventFinish
+from amuxweb.feishu.signing import message_event_payload
 from tests.feishu.concurrency import run_against_a_held_transaction
 
 pytestmark = pytest.mark.django_db
@@ -152,3 +155,41 @@ def test_two_workers_scheduling_one_topic_at_once_make_one_wake_on_postgresql(bo
         T0 + timedelta(milliseconds=1300),
     )
     fire_enqueued.assert_called_once_with(wake_id=first.pk, eta=T0 + INITIAL)
+
+
+@pytest.mark.parametrize("already_open", [False, True], ids=["opens", "extends"])
+def test_the_events_finish_rides_in_the_wake_statement(bot, fire_enqueued, already_open):
+    # given: a stored event being routed (claimed), its payload annotated on the way, the topic's wake open or not
+    if already_open:
+        schedule(bot, "om_0", T0)
+    payload = message_event_payload(
+        verification_token=bot.feishu_verification_token,
+        app_id=bot.feishu_app_id,
+        message_id="om_1",
+        chat_id=CHAT,
+        text="hi",
+    )
+    event = InboundEvent.objects.create(
+        bot=bot, event_id="ev_1", message_id="om_1", event_type="im.message.receive_v1", payload=payload,
+        status=InboundEvent.Status.PROCESSING, attempts=1,
+    )  # fmt: skip
+    annotated = {**payload, "hub": {"chat_is_topic": True}}
+    finish = EventFinish(event=event, payload=annotated)
+    # when
+    with CaptureQueriesContext(connection) as captured:
+        wake = discuss_wake_upsert(
+            bot=bot,
+            chat_id=CHAT,
+            root_msg_id=ROOT,
+            message_id="om_1",
+            due_at=T0 + INITIAL,
+            deadline_at=T0 + MAXIMUM,
+            first_message_at=T0,
+            carried_write=finish.done_statement(),
+        )
+    # then: one statement on PostgreSQL (a data-modifying CTE), two on SQLite (no DML in WITH), both rows written
+    assert len(captured) == (1 if connection.vendor == "postgresql" else 2), [query["sql"] for query in captured]
+    assert wake.message_ids == (["om_0", "om_1"] if already_open else ["om_1"])
+    stored = InboundEvent.objects.get(pk=event.pk)
+    assert (stored.status, stored.error, stored.attempts, stored.payload) == ("done", "", 1, annotated)
+    assert stored.processed_at is not None

@@ -206,14 +206,17 @@ def test_unaddressed_group_message_in_mention_mode_is_recorded_only(feishu, make
     assert feishu.stub.sent == []
 
 
-def test_unaddressed_group_message_in_discuss_mode_schedules_a_discuss_wake(feishu, make_feishu_bot, mocker):
+def test_unaddressed_group_message_in_discuss_mode_schedules_a_discuss_wake(feishu, make_feishu_bot):
     bot = make_feishu_bot(group_reply_mode=Bot.GroupReplyMode.DISCUSS)
-    schedule = mocker.patch("amuxweb.feishu.discuss.discuss_wake_schedule")
 
     feishu.say(bot, text="what do you all think?", message_id="om_q", root_id="om_r", thread_id="omt", parent_id="om_r")
 
-    schedule.assert_called_once_with(bot=bot, chat_id="oc_group", root_msg_id="om_r", message_id="om_q")
-    assert InboundEvent.objects.get().status == "done"
+    wake = DiscussWake.objects.get()
+    assert (wake.bot_id, wake.chat_id, wake.root_msg_id, wake.message_ids) == (bot.pk, "oc_group", "om_r", ["om_q"])
+    assert wake.status == DiscussWake.Status.PENDING
+    # the event's finish rode in the wake's statement (issue 11): done, with no error
+    event = InboundEvent.objects.get()
+    assert (event.status, event.error, event.processed_at is not None) == ("done", "", True)
 
 
 def test_empty_or_recalled_message_is_ignored(feishu, make_feishu_bot):

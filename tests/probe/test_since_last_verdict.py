@@ -1,4 +1,5 @@
-"""Discuss cost (issue 11): the judge sees what changed in a topic since its last verdict, plus a short tail.
+"""Discuss cost (issue 11): the judge sees what changed in a topic since its last verdict, plus a short tail
+(at least six messages in view, at least two of them seen: a burst brings its own context).
 
 The rule is pure (probe.rules.since_last_verdict); the gate remembers where each topic's last verdict stopped
 and sends the rest through the real adapter to the LLM stub, where the request body is read back.
@@ -8,7 +9,14 @@ import pytest
 
 from agents.llm.base import ChatMessage, ToolCall
 from agents.models import Bot
-from probe.rules import PROBE_SEEN_TAIL_MESSAGES, admit_window, seen_mark, since_last_verdict
+from probe.rules import (
+    PROBE_SEEN_TAIL_MESSAGES,
+    PROBE_SEEN_TAIL_MIN_MESSAGES,
+    admit_window,
+    seen_mark,
+    seen_tail_length,
+    since_last_verdict,
+)
 from probe.services import probe_gate_run
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
 
@@ -38,9 +46,23 @@ def test_the_new_messages_come_with_the_tail_the_last_verdict_saw():
     messages = said(*"abcdefghijklm")
     mark = seen_mark(messages=messages[:10])
     # when
-    window = since_last_verdict(messages=messages, mark=mark, tail=3)
-    # then: h, i, j (seen) and k, l, m (new)
-    assert [message.content for message in window] == list("hijklm")
+    window = since_last_verdict(messages=messages, mark=mark, tail=5, least=1)
+    # then: i, j (seen: five in view) and k, l, m (new)
+    assert [message.content for message in window] == list("ijklm")
+
+
+@pytest.mark.parametrize(
+    ("new", "seen"),
+    [(0, 6), (1, 5), (3, 3), (4, 2), (5, 2), (12, 2)],
+)
+def test_the_tail_shrinks_as_a_burst_brings_its_own_context_down_to_two(new, seen):
+    # the defaults: six in view, two seen at least
+    assert (PROBE_SEEN_TAIL_MESSAGES, PROBE_SEEN_TAIL_MIN_MESSAGES) == (6, 2)
+    assert seen_tail_length(new=new) == seen
+    messages = said(*(f"m{index}" for index in range(30)))
+    end = len(messages) - new
+    window = since_last_verdict(messages=messages, mark=seen_mark(messages=messages[:end]))
+    assert [message.content for message in window] == [message.content for message in messages[end - seen :]]
 
 
 def test_a_mark_no_longer_in_the_transcript_gives_every_message():
@@ -93,10 +115,29 @@ def test_the_second_probe_of_a_topic_sends_only_the_tail_and_what_is_new(make_ju
     second = [*first, *said("bob: a", "carol: b", "bob: @Planner c?")]
     llm_stub.enqueue("openai_chat", StubResponse(body=decide_body("send")))
     result = probe_gate_run(bot=bot, transcript=second, topic="oc_1:group")
-    # then: the first request had all ten; the second the tail of six seen and the three new
+    # then: the first request had all ten; the second three seen (six in view) and the three new
     first_request, second_request = llm_stub.requests_for("openai_chat")
     assert sent_contents(first_request) == [message.content for message in first]
-    assert sent_contents(second_request) == [message.content for message in second[-(PROBE_SEEN_TAIL_MESSAGES + 3) :]]
+    assert sent_contents(second_request) == [message.content for message in second[-PROBE_SEEN_TAIL_MESSAGES:]]
+    assert result.activated is True
+
+
+@pytest.mark.django_db
+def test_a_burst_after_a_verdict_goes_out_with_only_the_two_newest_seen_messages(
+    make_judge, make_discuss_bot, llm_stub
+):
+    # given: a verdict on ten messages, then a burst of eight (the debounced probe's shape)
+    bot = make_discuss_bot(mode=Bot.ProbeMode.MODEL, judge=make_judge())
+    first = said(*(f"alice: message {index}" for index in range(10)))
+    llm_stub.enqueue("openai_chat", StubResponse(body=decide_body("no_action")))
+    probe_gate_run(bot=bot, transcript=first, topic="oc_1:group")
+    burst = said(*(f"bob: part {index}" for index in range(7)), "carol: @Planner what now?")
+    llm_stub.enqueue("openai_chat", StubResponse(body=decide_body("send")))
+    # when
+    result = probe_gate_run(bot=bot, transcript=[*first, *burst], topic="oc_1:group")
+    # then: alice's last two, and the whole burst
+    expected = [message.content for message in [*first[-PROBE_SEEN_TAIL_MIN_MESSAGES:], *burst]]
+    assert sent_contents(llm_stub.requests_for("openai_chat")[1]) == expected
     assert result.activated is True
 
 

@@ -318,8 +318,9 @@ def test_c3_secrets_never_reach_an_event_or_item():
     thread_event_record_agent_output(
         **CODER, chat_id=CHAT_ID, root_msg_id=ROOT_ID, message_id="om_o", text=f"token={secret}", secrets=[secret]
     )
-    stored = list(ThreadEvent.objects.values_list("text", flat=True)) + list(
-        ThreadContextItem.objects.values_list("text", flat=True)
+    # in write order: PostgreSQL returns an unordered read in whatever order its heap holds the rows
+    stored = list(ThreadEvent.objects.order_by("id").values_list("text", flat=True)) + list(
+        ThreadContextItem.objects.order_by("id").values_list("text", flat=True)
     )
     assert stored == [
         "oops I pasted [redacted] here",

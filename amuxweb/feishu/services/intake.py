@@ -4,6 +4,7 @@ import copy
 import functools
 import logging
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -193,11 +194,44 @@ def bot_cache_forget(*, bot_pk: int) -> None:
 
 def inbound_event_finish(*, event: InboundEvent, status: str, error: str = "", payload: dict | None = None) -> None:
     """Mark the event done or ignored; `payload`: its annotated payload, stored in the same UPDATE (issue 11)."""
-    fields = {"status": status, "error": error[:2000], "processed_at": timezone.now()}
-    if payload is not None:
-        fields["payload"] = event.payload = payload
-    InboundEvent.objects.filter(pk=event.pk).update(**fields)
+    sql, params = inbound_event_finish_statement(event=event, status=status, error=error, payload=payload)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
     event.status, event.error = status, error
+    if payload is not None:
+        event.payload = payload
+
+
+def inbound_event_finish_statement(
+    *, event: InboundEvent, status: str, error: str = "", payload: dict | None = None
+) -> tuple[str, list]:
+    """The finish's UPDATE as (sql, params): run by `inbound_event_finish`, or carried by the route's last write
+    into its own statement (the discuss wake's upsert, a data-modifying CTE on PostgreSQL: one round trip fewer,
+    issue 11). Each value goes through its field's adapter, as the ORM's update would send it."""
+    values: dict[str, Any] = {"status": status, "error": error[:2000], "processed_at": timezone.now()}
+    if payload is not None:
+        values["payload"] = payload
+    meta = InboundEvent._meta
+    quote = connection.ops.quote_name
+    fields = [meta.get_field(name) for name in values]
+    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    params = [field.get_db_prep_save(values[field.name], connection) for field in fields]
+    return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s", [*params, event.pk]
+
+
+@dataclass(frozen=True)
+class EventFinish:
+    """The finish of the event being routed, handed down the route so that its last write can carry it.
+
+    `payload`: the annotated payload to store with it (None: unchanged). A route that carried it says so
+    (RouteResult.event_finished); otherwise the caller runs `inbound_event_finish` as before.
+    """
+
+    event: InboundEvent
+    payload: dict | None = None
+
+    def done_statement(self) -> tuple[str, list]:
+        return inbound_event_finish_statement(event=self.event, status=InboundEvent.Status.DONE, payload=self.payload)
 
 
 def inbound_event_release_for_retry(*, event: InboundEvent, error: str) -> None:

@@ -19,6 +19,7 @@ from amuxweb.feishu.models import InboundEvent
 from amuxweb.feishu.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
 from amuxweb.feishu.services.delivery import feishu_notice_send, message_is_bot_output
 from amuxweb.feishu.services.intake import (
+    EventFinish,
     bot_cache_forget,
     inbound_event_claim,
     inbound_event_finish,
@@ -57,6 +58,7 @@ AT_ALL_KEY = "@_all"
 class RouteResult:
     outcome: str
     turn: Turn | None = None
+    event_finished: bool = False  # the route's last write carried the event's finish (EventFinish)
 
     @property
     def is_ignored(self) -> bool:
@@ -108,10 +110,13 @@ def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteRe
     return RouteResult(ROUTE_COMMAND)
 
 
-def inbound_message_route(*, bot: Bot, payload: dict, bot_open_id: str | None = None) -> RouteResult:
+def inbound_message_route(
+    *, bot: Bot, payload: dict, bot_open_id: str | None = None, finish: EventFinish | None = None
+) -> RouteResult:
     """Classify one message and do what it asks: DM turn, group turn, discuss wake, command, or record only.
 
     `bot_open_id`: the bot's own open_id when the caller already looked it up (outside its transaction).
+    `finish`: the stored event's finish, which the discuss wake's upsert carries in its own statement.
     """
     from amuxweb.feishu.services.turns import feishu_turn_start
 
@@ -187,9 +192,14 @@ def inbound_message_route(*, bot: Bot, payload: dict, bot_open_id: str | None = 
         from amuxweb.feishu.discuss import discuss_wake_schedule
 
         discuss_wake_schedule(
-            bot=bot, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, message_id=parsed.message_id
+            bot=bot,
+            chat_id=parsed.chat_id,
+            root_msg_id=parsed.root_msg_id,
+            message_id=parsed.message_id,
+            # Issue 11: "event done" rides in the wake's statement (one round trip fewer on PostgreSQL).
+            carried_write=finish.done_statement() if finish is not None else None,
         )
-        return RouteResult(ROUTE_DISCUSS_WAKE)
+        return RouteResult(ROUTE_DISCUSS_WAKE, event_finished=finish is not None)
     return RouteResult(ROUTE_RECORDED)
 
 
@@ -271,10 +281,12 @@ def chat_mode_annotate(*, bot: Bot, payload: dict) -> dict:
     return {**payload, HUB_ANNOTATIONS_KEY: {"chat_is_topic": workspace.is_topic_chat}}
 
 
-def inbound_event_route(*, bot: Bot, event_type: str, payload: dict, bot_open_id: str | None = None) -> RouteResult:
+def inbound_event_route(
+    *, bot: Bot, event_type: str, payload: dict, bot_open_id: str | None = None, finish: EventFinish | None = None
+) -> RouteResult:
     """Route one stored event by its type: a message, a recall (G7), the bot added to or removed from a group (G2)."""
     if event_type in (EVENT_MESSAGE, ""):
-        return inbound_message_route(bot=bot, payload=payload, bot_open_id=bot_open_id)
+        return inbound_message_route(bot=bot, payload=payload, bot_open_id=bot_open_id, finish=finish)
     event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
     chat_id = str(event.get("chat_id") or "")
     if event_type == EVENT_RECALLED:
@@ -310,18 +322,25 @@ def inbound_event_process(*, event_pk: int) -> RouteResult | None:
         bot_open_id = bot_open_id_ensure(bot=event.bot)
         payload = chat_mode_annotate(bot=event.bot, payload=event.payload)
         with transaction.atomic():  # notices go out after commit (feishu_notice_send), turns enqueue after it
+            # The finish is in the route's transaction, with the annotated payload in the same UPDATE: committed
+            # before any turn or wake it started reads the event, so they parse the same timeline (G1). A route
+            # whose last write can carry it (the discuss wake) writes it in that statement (issue 11).
+            annotated = payload if payload is not event.payload else None
             result = inbound_event_route(
-                bot=event.bot, event_type=event.event_type, payload=payload, bot_open_id=bot_open_id
+                bot=event.bot,
+                event_type=event.event_type,
+                payload=payload,
+                bot_open_id=bot_open_id,
+                finish=EventFinish(event=event, payload=annotated),
             )
-            status = InboundEvent.Status.IGNORED if result.is_ignored else InboundEvent.Status.DONE
-            # In the route's transaction, with the annotated payload in the same UPDATE (one statement, not two):
-            # committed before any turn or wake it started reads the event, so they parse the same timeline (G1).
-            inbound_event_finish(
-                event=event,
-                status=status,
-                error="" if status == InboundEvent.Status.DONE else result.outcome,
-                payload=payload if payload is not event.payload else None,
-            )
+            if not result.event_finished:
+                status = InboundEvent.Status.IGNORED if result.is_ignored else InboundEvent.Status.DONE
+                inbound_event_finish(
+                    event=event,
+                    status=status,
+                    error="" if status == InboundEvent.Status.DONE else result.outcome,
+                    payload=annotated,
+                )
     except Exception as error:  # an unexpected bug must not lose the event: release it for the sweeper
         logger.exception("feishu event processing failed", extra={"inbound_event": event.pk, "bot": event.bot.slug})
         inbound_event_release_for_retry(event=event, error=f"{type(error).__name__}: {error}")
