@@ -267,6 +267,8 @@ def run() -> None:
         total += each * count
         print(f"{name:52} {each:7.2f} {count:14d} {each * count:7.1f}")
     print(f"{'(for comparison) the same statement via psycopg alone':52} {driver_ms:7.2f}")
+    without_database = total - (statement_ms + backend_ms) * STATEMENTS_PER_MESSAGE
+    print(f"the same without a single database statement: {without_database:.1f} ms CPU")
     print(f"sum of the floors for one @-mention: {total:.1f} ms CPU -> at most {CORES * 1000 / total:.0f} msg/s on")
     print(f"{CORES} cores with nothing else running (issue 11's goal: ~20 ms per message, 100 msg/s)")
     print(f"load average after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")

@@ -252,6 +252,7 @@ def run() -> None:
 
     logging.getLogger("probe.services").setLevel(logging.ERROR)  # one record per judgement: keep the output short
     logging.getLogger("amuxweb.feishu.discuss").setLevel(logging.ERROR)
+    logging.getLogger("celery.app.trace").setLevel(logging.WARNING)  # the in-place fires: one record each
     from amuxweb.celery import app
 
     vendor = connection.vendor
