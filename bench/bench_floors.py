@@ -29,8 +29,9 @@ from pathlib import Path
 
 from celery import shared_task
 
+from bench.bench_pipeline import _cpu_seconds, _stop, _wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CALLS = 300
 STATEMENTS = 2000
 TASKS = 1500
@@ -73,11 +74,6 @@ def _serve_stubs(directory: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     Path(directory, "ports.json").write_text(json.dumps({"feishu": feishu.url, "llm": llm.url("/v1")}))
     stopping.wait()
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime of every thread
 
 
 def _per_call_ms(call, count: int) -> float:
@@ -145,7 +141,7 @@ def _celery_task_ms(env: dict[str, str], log_dir: Path) -> tuple[float, float]:
     worker = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         noop_task.apply_async(args=[0], queue=FLOOR_QUEUE)
-        _wait(lambda: int(counter.get(DONE_KEY) or 0) >= 1, "the floor worker", seconds=120)
+        _wait_for(lambda: int(counter.get(DONE_KEY) or 0) >= 1, "the floor worker", seconds=120)
         time.sleep(2)
         idle_started, idle_cpu = time.monotonic(), _cpu_seconds(worker.pid)
         time.sleep(3)
@@ -154,17 +150,12 @@ def _celery_task_ms(env: dict[str, str], log_dir: Path) -> tuple[float, float]:
         counter.set(DONE_KEY, 0)
         started, cpu_before = time.monotonic(), _cpu_seconds(worker.pid)
         publish_ms = _per_call_ms(lambda: noop_task.apply_async(args=[1], queue=FLOOR_QUEUE), TASKS)
-        _wait(lambda: int(counter.get(DONE_KEY) or 0) >= TASKS + 1, "the floor tasks", seconds=300)
+        _wait_for(lambda: int(counter.get(DONE_KEY) or 0) >= TASKS + 1, "the floor tasks", seconds=300)
         elapsed = time.monotonic() - started
         worker_ms = (_cpu_seconds(worker.pid) - cpu_before - idle_rate * elapsed) / (TASKS + 1) * 1000
         return publish_ms, worker_ms
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=10)
+        _stop(worker)
         counter.delete(DONE_KEY, FLOOR_QUEUE)
 
 
@@ -206,15 +197,6 @@ def _database(configured: str) -> str:
     return f"{server}/{name}".replace("postgresql://", "postgres://")
 
 
-def _wait(predicate, what: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not finish within {seconds:.0f} s")
-
-
 def run() -> None:
     database_url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
     if not database_url.startswith(("postgres://", "postgresql://")) or not redis_url:
@@ -242,7 +224,7 @@ def run() -> None:
     with tempfile.TemporaryDirectory() as directory:
         stubs = subprocess.Popen([sys.executable, "-m", "bench.bench_floors", "--stubs", directory], cwd=ROOT, env=env)
         try:
-            _wait(lambda: Path(directory, "ports.json").exists(), "the stubs", seconds=60)
+            _wait_for(lambda: Path(directory, "ports.json").exists(), "the stubs", seconds=60)
             ports = json.loads(Path(directory, "ports.json").read_text())
             request_ms = _django_request_ms()
             statement_ms, backend_ms, driver_ms = _orm_statement_ms()
