@@ -29,7 +29,7 @@ from pathlib import Path
 
 from celery import shared_task
 
-from bench.bench_pipeline import _cpu_seconds, _stop, _wait_for
+from bench.bench_pipeline import _cpu_seconds, _database, _stop, _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = 300
@@ -183,26 +183,12 @@ def _feishu_reply_ms(domain: str) -> float:
     return _per_call_ms(reply, CALLS)
 
 
-def _database(configured: str) -> str:
-    """`<DATABASE_URL name>_bench_floors` on the same server, created empty."""
-    import environ
-    import psycopg
-
-    parsed = environ.Env.db_url_config(configured)
-    server = f"postgresql://{parsed['USER'] or 'postgres'}@{parsed['HOST'] or '127.0.0.1'}:{parsed['PORT'] or 5432}"
-    name = f"{parsed['NAME'] or 'amuxweb'}_bench_floors"
-    with psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=3) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    return f"{server}/{name}".replace("postgresql://", "postgres://")
-
-
 def run() -> None:
     database_url, redis_url = os.environ.get("DATABASE_URL", ""), os.environ.get("REDIS_URL", "")
     if not database_url.startswith(("postgres://", "postgresql://")) or not redis_url:
         print("needs DATABASE_URL (PostgreSQL) and REDIS_URL; skipped")
         return
-    bench_database = _database(database_url)
+    bench_database, _ = _database(suffix="bench_floors")
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "amuxweb.settings.base",

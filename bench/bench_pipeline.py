@@ -131,8 +131,8 @@ if os.environ.get("AMUX_BENCH_COUNT_QUERIES") == "1":
 
 
 # --- setup -----------------------------------------------------------------------------------------------
-def _database() -> tuple[str, str]:
-    """(the bench database's URL, the server's admin URL): `<DATABASE_URL name>_bench_pipeline`, created empty."""
+def _database(suffix: str = "bench_pipeline") -> tuple[str, str]:
+    """(the bench database's URL, the server's admin URL): `<DATABASE_URL name>_<suffix>`, created empty."""
     import environ
     import psycopg
 
@@ -141,7 +141,7 @@ def _database() -> tuple[str, str]:
         configured = "postgres://postgres@127.0.0.1:5432/amuxweb"
     parsed = environ.Env.db_url_config(configured)
     server = f"postgresql://{parsed['USER'] or 'postgres'}@{parsed['HOST'] or '127.0.0.1'}:{parsed['PORT'] or 5432}"
-    name = f"{parsed['NAME'] or 'amuxweb'}_bench_pipeline"
+    name = f"{parsed['NAME'] or 'amuxweb'}_{suffix}"
     with psycopg.connect(f"{server}/postgres", autocommit=True, connect_timeout=3) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')
