@@ -12,9 +12,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 # Our packages' bytecode, compiled once here rather than at every start: Python reads a valid .pyc even under
-# PYTHONDONTWRITEBYTECODE, and a process that compiles amuxweb, agents, threadcontext and probe itself pays ~0.35 s
+# PYTHONDONTWRITEBYTECODE, and a process that compiles our packages itself pays ~0.35 s
 # of CPU each time (bench/bench_startup.py). Incremental: only modules changed since the last run are recompiled.
-OUR_PACKAGES := amuxweb agents threadcontext probe
+OUR_PACKAGES := amuxweb core agents threadcontext probe feishu console
 
 install: $(VENV)/.installed
 	$(PY) -m compileall -q $(OUR_PACKAGES)

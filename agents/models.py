@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from amuxweb.fields import EncryptedTextField
+from core.fields import EncryptedTextField
 
 
 class Provider(models.Model):
@@ -167,7 +167,7 @@ class Bot(models.Model):
     )
     is_enabled = models.BooleanField(default=True)
     # The playground's stand-in for a hub bot: every Feishu call it makes is answered on this machine by the
-    # sandbox transport (amuxweb/feishu/sandbox.py) and it never holds a Feishu app secret, so nothing it says can
+    # sandbox transport (feishu/outbound/sandbox.py) and it never holds a Feishu app secret, so nothing it says can
     # reach Feishu and no real chat's message can reach it.
     is_sandbox = models.BooleanField(
         _("playground stand-in"),

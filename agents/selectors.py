@@ -16,7 +16,7 @@ from django.db.models import F, QuerySet
 from agents.models import Bot, Message, Thread, Turn
 from agents.services.turns.assembly import context_messages_upper_bound, primary_input_build
 from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
-from amuxweb.exceptions import ApplicationError, NotFoundError
+from core.exceptions import ApplicationError, NotFoundError
 
 HISTORY_PAGE_SIZE_DEFAULT = 50
 HISTORY_PAGE_SIZE_MAX = 200

@@ -5,7 +5,7 @@ from django.urls import include, path
 from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from amuxweb.dashboard.views import admin_index
+from console.dashboard.views import admin_index
 
 
 def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
@@ -31,8 +31,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
-    path("feishu/", include(("amuxweb.feishu.urls", "feishu"))),
+    path("feishu/", include(("feishu.urls", "feishu"))),
 ]
 
-# An unknown URL under /api/ answers JSON like every other API error (amuxweb.api); elsewhere Django's page.
-handler404 = "amuxweb.api.page_not_found"
+# An unknown URL under /api/ answers JSON like every other API error (core.api); elsewhere Django's page.
+handler404 = "core.api.page_not_found"

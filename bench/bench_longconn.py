@@ -123,9 +123,9 @@ def run() -> None:
     from django.contrib.auth import get_user_model
 
     from agents.models import Bot, LLMModel, Provider, Turn
-    from amuxweb.feishu.longconn import LongConnection
-    from amuxweb.feishu.models import InboundEvent
-    from amuxweb.feishu.signing import event_request_build, message_event_payload
+    from feishu.inbound.longconn import LongConnection
+    from feishu.models import InboundEvent
+    from feishu.inbound.signing import event_request_build, message_event_payload
 
     owner = get_user_model().objects.create(username="bench")
     echo = LLMModel.objects.create(provider=Provider.objects.create(name="local", kind="local_rules"), name="echo")

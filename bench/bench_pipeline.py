@@ -229,7 +229,7 @@ def _wait_for(predicate, what: str, seconds: float = 90) -> None:
 # --- load (the second process) ---------------------------------------------------------------------------
 def _messages(setup: dict, rate: int, seconds: int, phase: str) -> list[dict]:
     """The open-loop mix of one phase, signed and encrypted before the clock starts."""
-    from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+    from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 
     mention_groups = [group for group in setup["groups"] if not group["discuss"]]
     discuss_groups = [group for group in setup["groups"] if group["discuss"]]

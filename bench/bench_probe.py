@@ -132,7 +132,7 @@ def _scenario(name: str, *, gated: bool, debounce: bool, traffic, tally: Tally) 
     from django.test.utils import CaptureQueriesContext
 
     from agents.models import Bot, Thread, Turn
-    from amuxweb.feishu import discuss
+    from feishu.discuss import wake as discuss
     from probe import services as probe_services
     from probe.rules import message_tokens
     from tests.agents.factories import BotFactory, LLMModelFactory
@@ -251,7 +251,7 @@ def run() -> None:
     from django.db import connection
 
     logging.getLogger("probe.services").setLevel(logging.ERROR)  # one record per judgement: keep the output short
-    logging.getLogger("amuxweb.feishu.discuss").setLevel(logging.ERROR)
+    logging.getLogger("feishu.discuss.wake").setLevel(logging.ERROR)
     logging.getLogger("celery.app.trace").setLevel(logging.WARNING)  # the in-place fires: one record each
     from amuxweb.celery import app
 

@@ -66,7 +66,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 HEAVY_SDKS = ("lark_oapi", "openai", "anthropic", "google.genai")
 COMMAND_RUNS = 5
 # What `make install` compiles (keep the two lists the same).
-OUR_PACKAGES = ("amuxweb", "agents", "threadcontext", "probe")
+OUR_PACKAGES = ("amuxweb", "core", "agents", "threadcontext", "probe", "feishu", "console")
 # Not copied into the run's checkout: the interpreter, history, caches, runtime files.
 NOT_COPIED = (".venv", ".git", "__pycache__", "*.pyc", "var", "staticfiles", ".pytest_cache", ".ruff_cache")
 

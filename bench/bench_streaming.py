@@ -70,7 +70,7 @@ def _bot(*, llm_url: str):
 
 def _post(client, bot, *, index: int) -> float:
     """One @-mention through the webhook; the monotonic time its 200 came back."""
-    from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+    from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 
     payload = message_event_payload(
         verification_token=bot.feishu_verification_token,
@@ -106,7 +106,7 @@ def _wait_delivered(*, message_id: str) -> None:
 def first_visible_at(writes: list) -> float:
     """When a person first sees answer text: the reply carrying the card lands, holding text from its creation
     (the streaming placeholder is not text), or else the first content update after the reply."""
-    from amuxweb.feishu.outbound.cards import STREAMING_PLACEHOLDER  # after _setup, as every project import here
+    from feishu.outbound.cards import STREAMING_PLACEHOLDER  # after _setup, as every project import here
 
     [reply] = [r for r in writes if r.route == "reply" and r.status == 200]
     create = [r for r in writes if r.route == "card_create" and r.status == 200 and r.at < reply.at][-1]

@@ -40,7 +40,7 @@ it per commit, so it publishes batches of one and pays Celery's per-message cost
 another process instead of the web's; not landed. A relay only pays when it batches (it amortises to 0.14 ms
 per message with a prebuilt protocol-2 header, 0.36 ms with `as_task_v2` per message, 0.8 ms with
 `apply_async`, all through `Producer.batch()`), i.e. woken on a short timer rather than per commit.
-Wave 5 (amuxweb/tasks_relay.py): the webhook hands the stored event's task to its process's relay thread, which
+Wave 5 (core/tasks_relay.py): the webhook hands the stored event's task to its process's relay thread, which
 renders Celery's own message from a per-process template and pushes each batch in one Redis pipeline: 0.22 ms of
 CPU per message in all against apply_async's 1.48 (one process, 2,000 messages, load ~3). Same command, before /
 after: webhook/floor 0.46 (trivial 748, floor 398, webhook 184 req/s; load 4.2) / 0.59 (432, 264, 156; load 6.0)
@@ -173,7 +173,7 @@ def _prepare(env: dict[str, str]) -> dict:
 
 def _requests(bot: dict, count: int, *, first: int = 0) -> list[dict]:
     """Pre-signed, encrypted events; every tenth repeats an earlier message under a new event_id (F2)."""
-    from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+    from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 
     built = []
     for index in range(first, first + count):
@@ -351,7 +351,7 @@ def _drain(redis_url: str, queue: str) -> None:
 def _report(arrived_file: str) -> None:
     """Child process (the server's env): stored rows, and stored -> in-broker latency of the drained events."""
     django.setup()
-    from amuxweb.feishu.models import InboundEvent
+    from feishu.models import InboundEvent
 
     arrived = json.loads(Path(arrived_file).read_text())
     first_arrival: dict[int, float] = {}

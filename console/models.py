@@ -2,7 +2,7 @@
 hub's bots answer through the real pipeline.
 
 Each hub bot taking part is played by its sandbox stand-in (`Bot.is_sandbox`), kept in step with the hub bot's
-settings: every Feishu call the stand-in makes is recorded on this machine (amuxweb/feishu/sandbox.py), and its
+settings: every Feishu call the stand-in makes is recorded on this machine (feishu/outbound/sandbox.py), and its
 turns, judgements and deliveries are its own rows, so the hub bot's numbers on the dashboard are untouched.
 """
 

@@ -115,7 +115,7 @@ def model_names(model: type[Model], singular: str, plural: str) -> None:
     model._meta.verbose_name_plural = plural
 
 
-# The apps whose models' strings are listed in amuxweb.model_strings.
+# The apps whose models' strings are listed in core.model_strings.
 HUB_APP_LABELS = ("agents", "feishu", "probe", "threadcontext")
 
 
@@ -128,7 +128,7 @@ def model_strings_translate() -> None:
 
     Done once at admin load, like `model_names`: `verbose_name` is not what migrations read (they read
     `_verbose_name`), and a lazy help text or choice label equals its plain msgid, so the migration state is
-    unchanged. The msgids are in amuxweb.model_strings, where makemessages finds them.
+    unchanged. The msgids are in core.model_strings, where makemessages finds them.
     """
     for app_label in HUB_APP_LABELS:
         for model in apps.get_app_config(app_label).get_models():

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from amuxweb.exceptions import ApplicationError
+from core.exceptions import ApplicationError
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:

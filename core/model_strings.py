@@ -1,7 +1,7 @@
 """Every field name, help text and choice label of the hub's models, for makemessages to find (A3).
 
 The models keep plain strings (their Meta and field options are migration state, edited by many hands); at admin
-load `amuxweb.admin.model_strings_translate` wraps each one in gettext_lazy, and the catalogs translate them from
+load `core.admin.model_strings_translate` wraps each one in gettext_lazy, and the catalogs translate them from
 the msgids listed here. `tests/test_model_strings.py` fails, listing the lines to add, when a model gains a string
 this module does not have.
 """

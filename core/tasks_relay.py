@@ -39,7 +39,7 @@ from celery.utils.saferepr import saferepr
 from kombu import Connection
 from kombu.utils.json import dumps
 
-from amuxweb.tasks_enqueue import broker_error, task_enqueue
+from core.tasks_enqueue import broker_error, task_enqueue
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Admin lists of the bridge's durable state: inbound events (with "reprocess"), deliveries, discuss wakes.
 
-All three are audit records (amuxweb.admin.AuditAdmin): read-only, deleted only by a superuser. Lists keep to
+All three are audit records (core.admin.AuditAdmin): read-only, deleted only by a superuser. Lists keep to
 the columns an operator scans, so they fit 1440 px beside the sidebar; the rest is on the record's page.
 """
 
@@ -14,7 +14,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from amuxweb.admin import (
+from core.admin import (
     AuditAdmin,
     change_link,
     compact_time,
@@ -24,8 +24,8 @@ from amuxweb.admin import (
     pretty_json,
     related_links,
 )
-from amuxweb.feishu.explain import ExplainNotFound, wake_explain_data
-from amuxweb.feishu.models import DiscussWake, InboundEvent, OutboundDelivery
+from feishu.explain import ExplainNotFound, wake_explain_data
+from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.admin import cause_explained, probe_mode_explained
 from threadcontext.admin import exclusion_explained
 
@@ -92,7 +92,7 @@ class InboundEventAdmin(AuditAdmin):
 
     @admin.action(description=_("Reprocess the selected events"), permissions=["reprocess"])
     def reprocess(self, request: HttpRequest, queryset: QuerySet[InboundEvent]) -> None:
-        from amuxweb.feishu.services import inbound_events_reprocess
+        from feishu.inbound.intake import inbound_events_reprocess
 
         count = inbound_events_reprocess(event_pks=list(queryset.values_list("pk", flat=True)))
         message = ngettext(

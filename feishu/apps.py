@@ -4,11 +4,11 @@ from celery.signals import worker_init
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
-from amuxweb.feishu import lark_modules_load, lazy_module_is_loaded
+from feishu import lark_modules_load, lazy_module_is_loaded
 
 
 class FeishuConfig(AppConfig):
-    name = "amuxweb.feishu"
+    name = "feishu"
     label = "feishu"
     verbose_name = _("Feishu bridge")
 
@@ -17,8 +17,8 @@ class FeishuConfig(AppConfig):
 
         from agents.models import Bot, Thread
         from agents.services.turns import channel_register
-        from amuxweb.feishu.services.intake import bot_cache_forget
-        from amuxweb.feishu.services.turns import FeishuAutomationChannel, FeishuChannel
+        from feishu.inbound.intake import bot_cache_forget
+        from feishu.channel.turn_channel import FeishuAutomationChannel, FeishuChannel
 
         # The bridge's channels of the one turn pipeline (agents defines the port and never imports the bridge).
         channel_register(Thread.Channel.FEISHU, FeishuChannel())
@@ -27,9 +27,9 @@ class FeishuConfig(AppConfig):
         def forget(sender, instance, **kwargs) -> None:
             bot_cache_forget(bot_pk=instance.pk)  # the intake worker's cache of an event's bot
             # A process that never loaded the webhook (a command, beat) caches no bot: reading the lazy module
-            # here would import lark-oapi for nothing (amuxweb.feishu).
-            if lazy_module_is_loaded("amuxweb.feishu.webhook"):
-                sys.modules["amuxweb.feishu.webhook"].bot_cache_forget(bot_pk=instance.pk, slug=instance.slug)
+            # here would import lark-oapi for nothing (feishu).
+            if lazy_module_is_loaded("feishu.inbound.webhook"):
+                sys.modules["feishu.inbound.webhook"].bot_cache_forget(bot_pk=instance.pk, slug=instance.slug)
 
         # A Celery worker calls Feishu: lark-oapi is loaded as it starts, in the parent before the pool forks,
         # never inside a task (the WSGI app does the same in amuxweb/wsgi.py).

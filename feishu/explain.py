@@ -8,7 +8,7 @@ bridge because it needs every app; probe and threadcontext stay ignorant of each
 from typing import Any
 
 from agents.models import Turn
-from amuxweb.feishu.models import DiscussWake, OutboundDelivery
+from feishu.models import DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
 
 

@@ -151,7 +151,7 @@ class FeishuConnection(models.Model):
 class SendBudgetBucket(models.Model):
     """One token bucket of the send budget (R4) on the embedded default (no Redis): per chat or per app.
 
-    Changed only by a compare-and-swap on `version` (amuxweb.feishu.outbound.budget), so two workers never
+    Changed only by a compare-and-swap on `version` (feishu.outbound.budget), so two workers never
     both spend the last token.
     """
 
@@ -165,7 +165,7 @@ class SendBudgetBucket(models.Model):
 
 
 class SandboxCall(models.Model):
-    """One Feishu call of a sandbox bot, answered and recorded on this machine (amuxweb/feishu/sandbox.py)."""
+    """One Feishu call of a sandbox bot, answered and recorded on this machine (feishu/outbound/sandbox.py)."""
 
     app_id = models.CharField(max_length=64, db_index=True, help_text="The sandbox bot's bridge id.")
     method = models.CharField(max_length=8)

@@ -3,7 +3,7 @@
 An inbound event must outlive Feishu's retry window (7.1 h) for the dedupe on (bot, message_id) to hold (F2);
 the hub keeps it as long as the thread context it fed (AMUX_CONTEXT_RETENTION_DAYS, 30 days), then drops it
 with the finished discuss wakes of the same age. Outbound deliveries are kept: a reply to an old bot message is
-routed back through them. The Feishu calls a sandbox bot recorded for the playground (amuxweb/feishu/sandbox.py,
+routed back through them. The Feishu calls a sandbox bot recorded for the playground (feishu/outbound/sandbox.py,
 one row per send and card update) are only worth a look while a conversation is fresh: they go after
 AMUX_SANDBOX_CALL_RETENTION_DAYS (7 days).
 """
@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from amuxweb.feishu.models import DiscussWake, InboundEvent, SandboxCall
+from feishu.models import DiscussWake, InboundEvent, SandboxCall
 
 FINISHED_INBOUND_STATUSES = (InboundEvent.Status.DONE, InboundEvent.Status.IGNORED, InboundEvent.Status.FAILED)
 FINISHED_WAKE_STATUSES = (DiscussWake.Status.DONE, DiscussWake.Status.FAILED)

@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from agents.models import Bot
-from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 
 DEFAULT_SCRIPT = """\
 # Planner then Coder in one topic

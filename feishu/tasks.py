@@ -1,27 +1,49 @@
-"""Thin Celery tasks: load by id, call one service (STYLE: tasks)."""
+"""Thin Celery tasks: load by id, call one service (STYLE: tasks).
+
+Each keeps the name it had when the bridge lived in `amuxweb.feishu` (`name=`): a message already queued and the
+beat entries stored by django-celery-beat name the task by that string. The services are imported inside each
+task: a service imports the task it enqueues (the accepted task↔service pattern, ARCHITECTURE §11.0).
+"""
+
+from datetime import datetime
 
 from celery import shared_task
 
 
-@shared_task(acks_late=True)
+@shared_task(acks_late=True, name="amuxweb.feishu.tasks.inbound_event_process")
 def inbound_event_process(event_pk: int) -> str:
-    from amuxweb.feishu.services.routing import inbound_event_process as process
+    from feishu.inbound.routing import inbound_event_process as process
 
     result = process(event_pk=event_pk)
     return result.outcome if result is not None else "not_claimed"
 
 
-@shared_task
+@shared_task(name="amuxweb.feishu.tasks.inbound_events_sweep")
 def inbound_events_sweep() -> int:
-    from amuxweb.feishu.services.delivery import notices_sweep
-    from amuxweb.feishu.services.intake import inbound_events_sweep as sweep
+    from feishu.inbound.intake import inbound_events_sweep as sweep
+    from feishu.outbound.delivery import notices_sweep
 
     # Turns of every channel, Feishu's included, are swept by agents' one turn sweeper (turns_sweep_task).
     return len(sweep()) + len(notices_sweep())
 
 
-@shared_task
+@shared_task(name="amuxweb.feishu.tasks.bridge_records_prune")
 def bridge_records_prune() -> dict[str, int]:
-    from amuxweb.feishu.services.retention import bridge_records_prune as prune
+    from feishu.retention import bridge_records_prune as prune
 
     return prune()
+
+
+@shared_task(acks_late=True, name="amuxweb.feishu.discuss.discuss_wake_fire_task")
+def discuss_wake_fire_task(wake_id: int, swept_at: str = "") -> str:
+    from feishu.discuss.wake import discuss_wake_fire
+
+    # swept_at: only an in-place (eager) run from the sweep passes it, so the fire reads the sweep's clock.
+    return discuss_wake_fire(wake_id=wake_id, now=datetime.fromisoformat(swept_at) if swept_at else None)
+
+
+@shared_task(name="amuxweb.feishu.discuss.discuss_wakes_sweep")
+def discuss_wakes_sweep_task() -> int:
+    from feishu.discuss.wake import discuss_wakes_sweep
+
+    return len(discuss_wakes_sweep())

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from amuxweb.feishu import views
+from feishu.inbound import views
 
 urlpatterns = [
     path("webhook/<slug:bot_slug>/", views.webhook, name="webhook"),

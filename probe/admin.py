@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from amuxweb.admin import AuditAdmin, change_link, compact_time, explained, list_url, model_names, related_links
+from core.admin import AuditAdmin, change_link, compact_time, explained, list_url, model_names, related_links
 from probe.models import ProbeJudgement
 from probe.rules import Cause
 from probe.selectors import failing_closed_bots_list, misconfigured_bots_list

@@ -16,7 +16,7 @@ class ProbeJudgement(models.Model):
     bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="probe_judgements")
     thread = models.ForeignKey("agents.Thread", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     turn = models.ForeignKey("agents.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    # The bridge's discuss wake (amuxweb.feishu.DiscussWake); probe never imports the bridge: a plain id.
+    # The bridge's discuss wake (feishu.DiscussWake); probe never imports the bridge: a plain id.
     wake_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     gate_ran = models.BooleanField()
     cause = models.CharField(max_length=64)

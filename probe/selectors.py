@@ -73,7 +73,7 @@ def _resolve(bot: Bot) -> GateConfig:
         try:
             model = LLMModel.objects.select_related("provider").filter(pk=bot.discuss_probe_model_id).first()
         except (DatabaseError, ImproperlyConfigured) as exc:
-            # ImproperlyConfigured: the provider's stored api key cannot be decrypted (amuxweb/fields.py, e.g.
+            # ImproperlyConfigured: the provider's stored api key cannot be decrypted (core/fields.py, e.g.
             # FIELD_ENCRYPTION_KEY changed). The judge is chosen and unreadable: fail closed, never cached.
             return GateConfig(
                 mode=mode, source=SOURCE_CONFIGURED, model=None, cause=Cause.CONFIG_UNREADABLE, error=str(exc)

@@ -1,6 +1,6 @@
 """The discuss probe gate (P1-P8): one cheap forced `decide` call before any expensive work.
 
-`probe_gate_run` is called by the bridge's discuss wake (amuxweb.feishu.discuss) and never by DMs, REST or
+`probe_gate_run` is called by the bridge's discuss wake (feishu.discuss.wake) and never by DMs, REST or
 @-addressed turns (P1). Every exit writes exactly one structured log record and one ProbeJudgement row.
 
 Exit table (reference §1.6; gate_ran False = no gate, the turn runs as without the feature):
@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from agents.llm.base import ChatMessage, CompletionResult, LLMClient, LLMError
 from agents.models import Bot, LLMModel, Thread, Turn
-from amuxweb.text import storable_text
+from core.text import storable_text
 from probe.models import ProbeJudgement
 from probe.rules import (
     PROBE_TIMEOUT_SECONDS,

@@ -35,7 +35,7 @@ def _fresh_process_cache():
     the next (SQLite hands a rolled-back row's pk out again)."""
     from django.core.cache import cache
 
-    from amuxweb.feishu.services import intake
+    from feishu.inbound import intake
 
     cache.clear()
     intake._bots.clear()

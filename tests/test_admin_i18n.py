@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.utils import translation
 
 from agents.models import Bot
-from amuxweb.feishu.messages import HELP_TEXT, QUOTED_READ_FAILED_TEXT, bot_text
+from feishu.inbound.messages import HELP_TEXT, QUOTED_READ_FAILED_TEXT, bot_text
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCALES = ["zh_Hans", "ja"]

@@ -1,4 +1,4 @@
-"""A NUL byte in an admin query parameter is a 400, not a PostgreSQL 500 (amuxweb.middleware)."""
+"""A NUL byte in an admin query parameter is a 400, not a PostgreSQL 500 (core.middleware)."""
 
 import pytest
 from django.test import Client

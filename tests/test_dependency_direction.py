@@ -1,4 +1,4 @@
-"""ARCHITECTURE §3: dependencies point one way; amuxweb.feishu -> {threadcontext, probe, agents}; probe -> agents."""
+"""ARCHITECTURE §3: dependencies point one way; feishu -> {threadcontext, probe, agents}; probe -> agents."""
 
 import ast
 from pathlib import Path
@@ -8,9 +8,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 FORBIDDEN = {
-    "agents": ("threadcontext", "probe", "amuxweb.feishu"),
-    "threadcontext": ("agents", "probe", "amuxweb.feishu"),
-    "probe": ("threadcontext", "amuxweb.feishu"),
+    "agents": ("threadcontext", "probe", "feishu"),
+    "threadcontext": ("agents", "probe", "feishu"),
+    "probe": ("threadcontext", "feishu"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Secrets encrypted at rest (amuxweb.fields) and structured logging (amuxweb.logging), through the real paths."""
+"""Secrets encrypted at rest (core.fields) and structured logging (core.logging), through the real paths."""
 
 import json
 import logging
@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 
 from agents.models import Bot
-from amuxweb.logging import KeyValueFormatter
+from core.logging import KeyValueFormatter
 from tests.agents.factories import BotFactory
 
 BASE_DIR = Path(__file__).resolve().parent.parent

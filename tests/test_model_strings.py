@@ -1,12 +1,12 @@
-"""A3: every field name, help text and choice label of the hub's models is in amuxweb.model_strings (where
+"""A3: every field name, help text and choice label of the hub's models is in core.model_strings (where
 makemessages finds it) and is shown translated."""
 
 from django.apps import apps
 from django.utils import translation
 
 from agents.models import Turn
-from amuxweb.admin import HUB_APP_LABELS
-from amuxweb.model_strings import MODEL_STRINGS
+from core.admin import HUB_APP_LABELS
+from core.model_strings import MODEL_STRINGS
 from probe.models import ProbeJudgement
 
 
@@ -23,7 +23,7 @@ def test_a3_every_model_string_is_listed_for_makemessages():
     missing = sorted(strings - MODEL_STRINGS)
 
     # then
-    assert missing == [], "add to amuxweb/model_strings.py, then `make messages` and translate:\n" + "\n".join(
+    assert missing == [], "add to core/model_strings.py, then `make messages` and translate:\n" + "\n".join(
         f"        gettext_noop({text!r})," for text in missing
     )
 

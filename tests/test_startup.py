@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from amuxweb.feishu import LARK_MODULES
+from feishu import LARK_MODULES
 from bench.bench_startup import OUR_PACKAGES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ get_resolver().url_patterns  # every view module, as `check` and the WSGI app lo
 from django.contrib import admin
 admin.site.get_urls()
 before = [name for name in %(sdks)r if name in sys.modules]
-from amuxweb.feishu import lark_modules_load
+from feishu import lark_modules_load
 lark_modules_load()
 print(json.dumps({"before_load": before, "after_load": [name for name in %(sdks)r if name in sys.modules]}))
 """
@@ -75,8 +75,8 @@ import json, sys
 import amuxweb.wsgi
 loaded_at_boot = "lark_oapi" in sys.modules
 from agents.models import Bot
-from amuxweb.feishu import webhook
-from amuxweb.feishu.signing import event_request_build, message_event_payload
+from feishu.inbound import webhook
+from feishu.inbound.signing import event_request_build, message_event_payload
 bot = Bot(pk=1, slug="boot", feishu_app_id="cli_boot", feishu_verification_token="v-token",
           feishu_encrypt_key="e-key")
 payload = message_event_payload(verification_token="v-token", app_id="cli_boot", message_id="om_boot",

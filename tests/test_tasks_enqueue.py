@@ -8,7 +8,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from amuxweb.tasks_enqueue import task_enqueue
+from core.tasks_enqueue import task_enqueue
 
 
 class RaisingTask:
@@ -27,7 +27,7 @@ class RaisingTask:
     ids=["kombu", "socket", "redis-connection", "redis-response"],
 )
 def test_a_broker_error_is_logged_and_answered_false(error, caplog):
-    caplog.set_level(logging.WARNING, logger="amuxweb.tasks_enqueue")
+    caplog.set_level(logging.WARNING, logger="core.tasks_enqueue")
     # when
     queued = task_enqueue(task=RaisingTask(error), args=[7, "x"], what="turn")
     # then

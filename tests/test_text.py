@@ -1,6 +1,6 @@
 """L3: outside text is made storable once, at the boundary."""
 
-from amuxweb.text import REPLACEMENT, storable_json, storable_text
+from core.text import REPLACEMENT, storable_json, storable_text
 
 
 def test_l3_storable_text_replaces_nul_and_unpaired_surrogates():

@@ -14,7 +14,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from amuxweb.admin import AuditAdmin, compact_time, dict_table, explained, list_url, model_names, related_links
+from core.admin import AuditAdmin, compact_time, dict_table, explained, list_url, model_names, related_links
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.selection import (

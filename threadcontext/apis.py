@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from amuxweb.exceptions import NotFoundError
+from core.exceptions import NotFoundError
 from threadcontext.explain import decision_explain_data
 from threadcontext.selectors import decision_get, decision_list
 

@@ -11,7 +11,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from amuxweb.exceptions import NotFoundError
+from core.exceptions import NotFoundError
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.selection import (
     MODE_OWNER_ONLY,

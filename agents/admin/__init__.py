@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agents import models
 from agents.admin import core, mcp, turns  # noqa: F401
-from amuxweb.admin import model_names, model_strings_translate
+from core.admin import model_names, model_strings_translate
 
 # The console's name, in the operator's language (the agents admin loads first of the hub's apps).
 admin.site.site_header = _("amuxweb console")

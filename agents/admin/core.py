@@ -20,7 +20,7 @@ from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
 from agents.services.threads import thread_create
 from agents.tools.turns import tool_budget_max_seconds
 from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
-from amuxweb.admin import compact_time, explained, list_url, related_links
+from core.admin import compact_time, explained, list_url, related_links
 
 SECRET_HELP_TEXT = _("Write-only: never shown. Leave blank to keep the current value.")
 PROVIDER_TIMEOUT_MIN_SECONDS = 1.0

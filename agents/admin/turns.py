@@ -21,7 +21,7 @@ from agents.llm.registry import llm_connection_test
 from agents.models import Automation, LLMModel, Provider, Turn
 from agents.services.automations import automation_delete, automation_save
 from agents.services.providers import provider_last_test_record
-from amuxweb.admin import AuditAdmin, compact_time, dict_table, list_url, pretty_json, related_links
+from core.admin import AuditAdmin, compact_time, dict_table, list_url, pretty_json, related_links
 
 MAX_ERROR_COLUMN_CHARS = 64
 

@@ -11,7 +11,7 @@ from agents.apis.threads import ERROR_RESPONSE, MessageOutputSerializer
 from agents.models import Thread, Turn
 from agents.selectors import thread_get, turn_get
 from agents.services.turns import REST_MESSAGE_MAX_CHARS, rest_message_post
-from amuxweb.exceptions import ConflictError
+from core.exceptions import ConflictError
 
 # The schema says what trim_whitespace + allow_blank=False enforce: at least one character that is not blank.
 NOT_BLANK = RegexValidator(r"\S", message="content cannot be blank.")

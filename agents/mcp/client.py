@@ -30,7 +30,7 @@ from typing import Any
 from agents.mcp.config import STDIO, STREAMABLE_HTTP, McpServerConfig
 from agents.mcp.errors import McpCallError, McpConnectError, McpConnectionLostError, McpError, McpTimeoutError
 from agents.mcp.output import redacted
-from amuxweb.text import storable_text
+from core.text import storable_text
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from amuxweb.text import storable_text
+from core.text import storable_text
 
 SECRET_MASK = "***"
 # Shorter values (a "1" or "true" in a server's environment) are not credentials and would mask ordinary text.

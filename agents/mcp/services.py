@@ -13,7 +13,7 @@ from agents.mcp.config import McpServerConfig
 from agents.mcp.errors import McpError
 from agents.mcp.output import redacted
 from agents.models import Bot, McpServer
-from amuxweb.text import storable_text
+from core.text import storable_text
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from django.utils import timezone
 
 from agents.models import Turn
 from agents.tasks import turn_run_task
-from amuxweb.tasks_enqueue import task_enqueue
+from core.tasks_enqueue import task_enqueue
 
 
 def turn_enqueue(*, turn_id: int) -> bool:

@@ -3,7 +3,7 @@
 from datetime import datetime
 
 from agents.models import Provider
-from amuxweb.text import storable_text
+from core.text import storable_text
 
 LAST_TEST_DETAIL_MAX = 500
 

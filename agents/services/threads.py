@@ -8,7 +8,7 @@ import logging
 
 from agents.models import Bot, Message, Thread
 from agents.visibility import message_mask
-from amuxweb.exceptions import ApplicationError
+from core.exceptions import ApplicationError
 
 logger = logging.getLogger(__name__)
 

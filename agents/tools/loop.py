@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from agents.llm.base import ChatMessage, CompletionRequest, CompletionResult, LLMClient, ToolCall, ToolSpec, Usage
 from agents.mcp.errors import McpError, McpTimeoutError
-from amuxweb.text import storable_json, storable_text
+from core.text import storable_json, storable_text
 
 logger = logging.getLogger(__name__)
 

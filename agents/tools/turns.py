@@ -38,7 +38,7 @@ from agents.mcp.output import redacted, tool_output_text
 from agents.mcp.services import bot_call_timeout_seconds, bot_secrets, mcp_server_config, mcp_servers_enabled
 from agents.models import Bot, McpServer, Provider, Turn, TurnToolCall
 from agents.tools.loop import LoopTool, ToolCallRecord, ToolLimits, model_call, tool_loop_run
-from amuxweb.text import storable_text
+from core.text import storable_text
 
 logger = logging.getLogger(__name__)
 

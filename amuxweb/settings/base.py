@@ -45,9 +45,8 @@ INSTALLED_APPS = [
     "agents",
     "threadcontext",
     "probe",
-    "amuxweb.feishu",
-    "amuxweb.dashboard",
-    "amuxweb.playground",
+    "feishu",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -62,7 +61,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "amuxweb.middleware.AdminQueryNulByteMiddleware",
+    "core.middleware.AdminQueryNulByteMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires: turns a lockout into its 429 page
 ]
 
@@ -166,12 +165,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "amuxweb.api.exception_handler",
-    # JSON with a bounded depth (amuxweb.parsers), and the two form parsers the browsable API posts with.
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
+    # JSON with a bounded depth (core.parsers), and the two form parsers the browsable API posts with.
     "DEFAULT_PARSER_CLASSES": [
-        "amuxweb.parsers.BoundedJSONParser",
+        "core.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",
-        "amuxweb.parsers.WordedMultiPartParser",
+        "core.parsers.WordedMultiPartParser",
     ],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
@@ -185,7 +184,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "amuxweb.api.schema_common_responses",
+        "core.api.schema_common_responses",
     ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -304,8 +303,6 @@ CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
     "task": "amuxweb.feishu.discuss.discuss_wakes_sweep",
     "schedule": 5.0,
 }
-# The discuss wake's tasks live in the bridge's discuss module, which autodiscovery (tasks.py) does not import.
-CELERY_IMPORTS = ("amuxweb.feishu.discuss",)
 # A debounced discuss wake is a task with an eta. Only without a broker (Celery eager) would nothing run it later
 # and an in-process timer thread be needed; every environment now has a broker (the embedded one at least).
 AMUX_DISCUSS_WAKE_TIMER = CELERY_TASK_ALWAYS_EAGER
@@ -377,8 +374,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "keyvalue": {"()": "amuxweb.logging.KeyValueFormatter"},
-        "json": {"()": "amuxweb.logging.JsonFormatter"},
+        "keyvalue": {"()": "core.logging.KeyValueFormatter"},
+        "json": {"()": "core.logging.JsonFormatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "keyvalue" if DEBUG else "json"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},

@@ -8,9 +8,9 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
 
-from amuxweb.playground import views
-from amuxweb.playground.models import PlaygroundGroup, PlaygroundMember
-from amuxweb.playground.services import playground_members_sync
+from console.playground import views
+from console.models import PlaygroundGroup, PlaygroundMember
+from console.playground.services import playground_members_sync
 
 
 class PlaygroundMemberInline(admin.TabularInline):

@@ -30,7 +30,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 from agents.models import Bot, Turn
-from amuxweb.dashboard.rules import (
+from console.dashboard.health import (
     HEALTH_CAUSES,
     HEALTHY,
     HealthInputs,
@@ -40,7 +40,7 @@ from amuxweb.dashboard.rules import (
     percentile,
     stacked_bars,
 )
-from amuxweb.feishu.models import OutboundDelivery
+from feishu.models import OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
 

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from amuxweb.dashboard.selectors import BAR_STEP_PX, DAYS, SILENCES, dashboard_rows
+from console.dashboard.selectors import BAR_STEP_PX, DAYS, SILENCES, dashboard_rows
 
 
 def admin_index(request: HttpRequest) -> HttpResponse:

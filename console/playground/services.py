@@ -16,10 +16,10 @@ from django.utils.translation import gettext as _
 from agents.models import Bot
 
 # The module, not its names: it is lazy (lark-oapi), and the admin's URLconf imports this module in every process.
-from amuxweb.feishu import webhook as feishu_webhook
-from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
-from amuxweb.feishu.simulate import bot_local_credentials_provision
-from amuxweb.playground.models import MESSAGE_ID_PREFIX, PlaygroundGroup, PlaygroundMember, PlaygroundMessage
+from feishu.inbound import webhook as feishu_webhook
+from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
+from feishu.simulate import bot_local_credentials_provision
+from console.models import MESSAGE_ID_PREFIX, PlaygroundGroup, PlaygroundMember, PlaygroundMessage
 from threadcontext.models import Workspace
 from threadcontext.services import workspace_chat_mode_store, workspace_ensure
 

@@ -7,9 +7,9 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
-from amuxweb.playground.models import PlaygroundGroup
-from amuxweb.playground.selectors import playground_state_get
-from amuxweb.playground.services import PlaygroundInputError, playground_message_post
+from console.models import PlaygroundGroup
+from console.playground.selectors import playground_state_get
+from console.playground.services import PlaygroundInputError, playground_message_post
 
 POLL_INTERVAL_MS = 1000
 MAX_POST_BYTES = 32 * 1024

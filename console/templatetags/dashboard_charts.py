@@ -16,8 +16,8 @@ from django.utils.formats import localize
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from amuxweb.dashboard.rules import Segment
-from amuxweb.dashboard.selectors import DayBar
+from console.dashboard.health import Segment
+from console.dashboard.selectors import DayBar
 
 register = template.Library()
 

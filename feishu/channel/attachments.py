@@ -1,7 +1,7 @@
 """The images and files of a Feishu message at turn time (G7, issue 12.5): read when the turn runs, given to the
 model, never stored.
 
-The parser (amuxweb.feishu.parsing) leaves a label where each attachment was (`[image]`, `[file: report.pdf]`)
+The parser (feishu.inbound.parsing) leaves a label where each attachment was (`[image]`, `[file: report.pdf]`)
 and a reference to it; thread context and the probe judge only ever see that label. When a turn runs,
 `turn_attachments_fetch` reads what the primary model can use with `im.v1.message_resource.get`:
 
@@ -30,8 +30,8 @@ from django.conf import settings
 from agents.llm.base import ImageInput
 from agents.models import Bot
 from agents.services.turns import TurnAttachments
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.parsing import (
+from feishu.outbound import client as feishu_client
+from feishu.inbound.parsing import (
     ATTACHMENT_FILE,
     ATTACHMENT_FORWARD,
     ATTACHMENT_IMAGE,

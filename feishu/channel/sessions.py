@@ -8,8 +8,8 @@ binding; a retired topic, or a reply to an output of a retired session, answers 
 import logging
 
 from agents.models import Bot, Thread
-from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.parsing import ParsedMessage
+from feishu.models import OutboundDelivery
+from feishu.inbound.parsing import ParsedMessage
 
 logger = logging.getLogger(__name__)
 

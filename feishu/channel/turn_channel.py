@@ -8,7 +8,7 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
   transient read failure retries, a permanent one tells the user and submits nothing), the topic root when due
   (read online when not stored, C8), threadcontext's selection and decision; whether the root went in is noted;
 - activation_contract: a discuss turn's contract, rebuilt from its judgement (P9; one source, never the broker);
-- attachments: the message's images and files, read now for this run and never stored (amuxweb.feishu.attachments);
+- attachments: the message's images and files, read now for this run and never stored (feishu.channel.attachments);
 - started: the receipt reaction on an addressed message (R1, services.replies);
 - stream_sink: for a `markdown_card` bot, the streaming card the model's text is written into while it works,
   its state stored on the turn before each Feishu call (R3), tool steps as collapsed lines;
@@ -40,18 +40,18 @@ from agents.services.turns import (
     turn_get_or_create,
 )
 from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.attachments import turn_attachments_fetch
-from amuxweb.feishu.messages import (
+from feishu.outbound import client as feishu_client
+from feishu.channel.attachments import turn_attachments_fetch
+from feishu.inbound.messages import (
     QUOTED_READ_FAILED_TEXT,
     RETIRED_SESSION_TEXT,
     bot_secrets,
     inbound_message_build,
 )
-from amuxweb.feishu.models import InboundEvent, OutboundDelivery
-from amuxweb.feishu.parsing import ParsedMessage, content_text, message_parse
-from amuxweb.feishu.services.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
-from amuxweb.feishu.services.replies import (
+from feishu.models import InboundEvent, OutboundDelivery
+from feishu.inbound.parsing import ParsedMessage, content_text, message_parse
+from feishu.outbound.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
+from feishu.outbound.replies import (
     CardStreamSink,
     receipt_add,
     receipt_fail,
@@ -61,7 +61,7 @@ from amuxweb.feishu.services.replies import (
     stream_state_get,
     streaming_card_for,
 )
-from amuxweb.feishu.services.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
+from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from threadcontext.prompts import prompt_render, request_is_submittable

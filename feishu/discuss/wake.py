@@ -16,7 +16,6 @@ import logging
 import threading
 from datetime import datetime, timedelta
 
-from celery import shared_task
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
@@ -24,8 +23,9 @@ from django.utils import timezone
 
 from agents.llm.base import ChatMessage
 from agents.models import Bot, Thread, Turn
-from amuxweb.feishu.messages import inbound_message_build
-from amuxweb.feishu.models import DiscussWake, InboundEvent
+from feishu.inbound.messages import inbound_message_build
+from feishu.models import DiscussWake, InboundEvent
+from feishu.tasks import discuss_wake_fire_task
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from probe.selectors import gate_config_get
@@ -83,7 +83,7 @@ def _fire_enqueue(*, wake_id: int, eta: datetime) -> None:
             transaction.on_commit(lambda: _fire_timer_start(wake_id=wake_id, eta=eta))
         return
 
-    from amuxweb.feishu.services.intake import task_enqueue
+    from feishu.inbound.intake import task_enqueue
 
     # Broker down: logged, and the beat sweeper fires the wake once due.
     transaction.on_commit(
@@ -327,8 +327,8 @@ def discuss_activation_start(*, bot: Bot, wake: DiscussWake, gate: GateResult) -
     Activated by the judge: the activation contract (the judge's reason as advisory notes) is the last user
     message of the primary. No gate at all (gate_ran False): the turn runs as it would without the feature.
     """
-    from amuxweb.feishu.parsing import message_parse
-    from amuxweb.feishu.services.turns import feishu_turn_start
+    from feishu.inbound.parsing import message_parse
+    from feishu.channel.turn_channel import feishu_turn_start
 
     event = InboundEvent.objects.filter(bot=bot, message_id=wake.last_message_id).first()
     parsed = message_parse(event.payload) if event is not None else None
@@ -452,7 +452,7 @@ def discuss_wakes_sweep(*, now: datetime | None = None) -> list[str]:
     it every 5 s. The sweep never judges: each wake's judge runs in its own task, on a worker. Without a broker
     (eager, the test suite) the task runs in place and its outcome is reported; with one, `enqueued`.
     """
-    from amuxweb.feishu.services.intake import task_enqueue
+    from feishu.inbound.intake import task_enqueue
 
     now = now or timezone.now()
     not_recently = (
@@ -480,14 +480,3 @@ def discuss_wakes_sweep(*, now: datetime | None = None) -> list[str]:
         else SWEEP_NOT_ENQUEUED
         for wake_id in due
     ]
-
-
-@shared_task(acks_late=True, name="amuxweb.feishu.discuss.discuss_wake_fire_task")
-def discuss_wake_fire_task(wake_id: int, swept_at: str = "") -> str:
-    # swept_at: only an in-place (eager) run from the sweep passes it, so the fire reads the sweep's clock.
-    return discuss_wake_fire(wake_id=wake_id, now=datetime.fromisoformat(swept_at) if swept_at else None)
-
-
-@shared_task(name="amuxweb.feishu.discuss.discuss_wakes_sweep")
-def discuss_wakes_sweep_task() -> int:
-    return len(discuss_wakes_sweep())

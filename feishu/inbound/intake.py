@@ -14,11 +14,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Bot
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.tasks_enqueue import task_enqueue
-from amuxweb.tasks_relay import task_relay
+from feishu.models import InboundEvent
+from core.tasks_enqueue import task_enqueue
+from core.tasks_relay import task_relay
 
-__all__ = ["task_enqueue"]  # the one enqueue helper (amuxweb.tasks_enqueue); discuss imports it from here
+__all__ = ["task_enqueue"]  # the one enqueue helper (core.tasks_enqueue); discuss imports it from here
 
 logger = logging.getLogger(__name__)
 
@@ -101,15 +101,15 @@ def _insert_sql() -> str:
 
 
 def inbound_event_enqueue(*, event_pk: int) -> bool:
-    from amuxweb.feishu.tasks import inbound_event_process
+    from feishu.tasks import inbound_event_process
 
     return task_enqueue(task=inbound_event_process, args=[event_pk], what="inbound_event")
 
 
 def inbound_event_relay(*, event_pk: int) -> None:
-    """A stored event's processing, published off the caller's thread (amuxweb.tasks_relay); the sweeper is the
+    """A stored event's processing, published off the caller's thread (core.tasks_relay); the sweeper is the
     fallback for anything the relay could not publish."""
-    from amuxweb.feishu.tasks import inbound_event_process
+    from feishu.tasks import inbound_event_process
 
     task_relay(task=inbound_event_process, args=[event_pk], what="inbound_event")
 

@@ -8,7 +8,7 @@ Every message becomes text plus a list of attachment references (G7): `image` `{
 `{"file_key", "file_name"}`, `img`/`media` tags inside a post, `audio` `{"file_key", "duration"}`, `media`
 (video) `{"file_key", "image_key", "file_name", "duration"}`, `sticker` `{"file_key"}`. The text holds a label
 where each attachment was (`[image]`, `[file: report.pdf]`): that label, never a body, is what thread context
-and the probe judge see (seed 002); the turn downloads the bytes (amuxweb.feishu.attachments). `merge_forward`
+and the probe judge see (seed 002); the turn downloads the bytes (feishu.channel.attachments). `merge_forward`
 is a label (its children are read online at turn time); `interactive` is the card's text. Other types are a
 label naming the type. lark_oapi.channel.normalize parses the same shapes, but its converters render keys into
 the text (`![image](img_v3_...)`) and its post flattener drops mention keys, which the collector needs (C4): the
@@ -250,9 +250,9 @@ def card_text(content: dict[str, Any]) -> str:
         lines.append(content["text"].strip())
     lines.extend(_card_elements_text(content.get("elements")))
     if "schema" in content or "body" in content or "header" in content:
-        # Lazy: lark-oapi is loaded only by processes that talk to Feishu (amuxweb/feishu/sdk.py); parsing is
+        # Lazy: lark-oapi is loaded only by processes that talk to Feishu (feishu/outbound/sdk.py); parsing is
         # also imported by commands that never do.
-        from amuxweb.feishu.sdk import InteractiveContent, card_converter
+        from feishu.outbound.sdk import InteractiveContent, card_converter
 
         walked, _ = card_converter.convert(InteractiveContent(card=content))
         if walked and walked != "[interactive]":

@@ -7,18 +7,18 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.messages import (
+from feishu.outbound import client as feishu_client
+from feishu.inbound.messages import (
     HELP_TEXT,
     NEW_SESSION_TEXT,
     bot_secrets,
     inbound_message_build,
     message_is_own_echo,
 )
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
-from amuxweb.feishu.services.delivery import feishu_notice_send, message_is_bot_output
-from amuxweb.feishu.services.intake import (
+from feishu.models import InboundEvent
+from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
+from feishu.outbound.delivery import feishu_notice_send, message_is_bot_output
+from feishu.inbound.intake import (
     EventFinish,
     bot_cache_forget,
     inbound_event_claim,
@@ -46,7 +46,7 @@ ROUTE_WORKSPACE_RETIRED = "workspace_retired"
 ROUTE_RECALLED = "recalled"
 IGNORED_UNKNOWN_EVENT = "unknown_event"
 
-# The event types routing handles (the webhook stores exactly these, amuxweb.feishu.webhook.HANDLED_EVENT_TYPES).
+# The event types routing handles (the webhook stores exactly these, feishu.inbound.webhook.HANDLED_EVENT_TYPES).
 EVENT_MESSAGE = "im.message.receive_v1"
 EVENT_RECALLED = "im.message.recalled_v1"
 EVENT_BOT_ADDED = "im.chat.member.bot.added_v1"
@@ -92,7 +92,7 @@ def bot_open_id_ensure(*, bot: Bot) -> str:
 
 
 def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteResult:
-    from amuxweb.feishu.services.sessions import session_retire
+    from feishu.channel.sessions import session_retire
 
     if command == "/new":
         session_retire(bot=bot, parsed=parsed)
@@ -118,7 +118,7 @@ def inbound_message_route(
     `bot_open_id`: the bot's own open_id when the caller already looked it up (outside its transaction).
     `finish`: the stored event's finish, which the discuss wake's upsert carries in its own statement.
     """
-    from amuxweb.feishu.services.turns import feishu_turn_start
+    from feishu.channel.turn_channel import feishu_turn_start
 
     parsed = message_parse(payload)
     if parsed is None:
@@ -179,7 +179,7 @@ def inbound_message_route(
         turn = feishu_turn_start(bot=bot, message=message, trigger=trigger)
         if turn is not None:
             # G4: the @ (or reply) answers this timeline now; a wake still debouncing here would answer twice.
-            from amuxweb.feishu.discuss import discuss_wakes_absorb
+            from feishu.discuss.wake import discuss_wakes_absorb
 
             discuss_wakes_absorb(
                 bot=bot, workspace=workspace, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, turn=turn
@@ -189,7 +189,7 @@ def inbound_message_route(
         if not policy.sender_may_wake:
             # G3: owner_only admission holds for discuss too: a stranger's message opens or extends no wake.
             return RouteResult(IGNORED_NOT_OWNER)
-        from amuxweb.feishu.discuss import discuss_wake_schedule
+        from feishu.discuss.wake import discuss_wake_schedule
 
         discuss_wake_schedule(
             bot=bot,
@@ -290,7 +290,7 @@ def inbound_event_route(
     event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
     chat_id = str(event.get("chat_id") or "")
     if event_type == EVENT_RECALLED:
-        from amuxweb.feishu.discuss import discuss_wakes_forget_message
+        from feishu.discuss.wake import discuss_wakes_forget_message
         from threadcontext.services import thread_context_recall
 
         message_id = str(event.get("message_id") or "")

@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-# The module, not its names: it is lazy (lark-oapi, amuxweb.feishu) and the URLconf is loaded by `manage.py check`.
-from amuxweb.feishu import webhook as feishu_webhook
+# The module, not its names: it is lazy (lark-oapi, feishu) and the URLconf is loaded by `manage.py check`.
+from feishu.inbound import webhook as feishu_webhook
 
 logger = logging.getLogger(__name__)
 

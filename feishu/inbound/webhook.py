@@ -5,7 +5,7 @@ event types, the parsing and the store (dedupe on message_id) are one code path:
 - webhook: lark-oapi answers the challenge, checks the verification token and the signature, and decrypts.
   Its processor only captures the decoded event into a context variable: it cannot raise, so lark-oapi never
   turns our failure into a 500 that invites Feishu's retries. The view stores the captured event afterwards.
-- long connection (amuxweb.feishu.longconn): the authenticated websocket replaces the signature; the SDK calls
+- long connection (feishu.inbound.longconn): the authenticated websocket replaces the signature; the SDK calls
   the processor on its event loop before it acknowledges the frame, so the processor stores (and enqueues on
   commit) right there; a storage failure raises, the SDK answers 500 and Feishu redelivers.
 """
@@ -20,17 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.models import Bot
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.sdk import AESCipher, CustomizedEvent, EventDispatcherHandler, LogLevel, RawRequest
-from amuxweb.feishu.services.intake import inbound_event_store
-from amuxweb.feishu.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP
-from amuxweb.parsers import MAX_JSON_DEPTH, JsonTooDeepError, json_depth_exceeds, json_loads_bounded
-from amuxweb.text import storable_json
+from feishu.models import InboundEvent
+from feishu.outbound.sdk import AESCipher, CustomizedEvent, EventDispatcherHandler, LogLevel, RawRequest
+from feishu.inbound.intake import inbound_event_store
+from feishu.inbound.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP
+from core.parsers import MAX_JSON_DEPTH, JsonTooDeepError, json_depth_exceeds, json_loads_bounded
+from core.text import storable_json
 
 logger = logging.getLogger(__name__)
 
 # The event types the bridge handles; every other type is acknowledged with 200 and ignored. Routing dispatches
-# on them (amuxweb.feishu.services.routing.inbound_event_route).
+# on them (feishu.inbound.routing.inbound_event_route).
 HANDLED_EVENT_TYPES = (
     "im.message.receive_v1",
     "im.message.recalled_v1",  # G7: the message leaves thread context
@@ -247,7 +247,7 @@ def webhook_handle(
     """Run one request through lark-oapi plus our policy; pure of the DB (the caller stores the event).
 
     The body, and the plaintext of an encrypted one, are parsed with the depth bound before lark-oapi (whose
-    parse recurses) sees them; the event it hands back is made storable (amuxweb.text, L3) and its fields checked
+    parse recurses) sees them; the event it hands back is made storable (core.text, L3) and its fields checked
     against their columns. Every refusal says what was wrong in a sentence of ours, never an exception's text.
     """
     try:

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F
 
-from amuxweb.feishu.models import SendBudgetBucket
+from feishu.models import SendBudgetBucket
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ The SDK neither retries nor refreshes an expired token (reference doc §4.1); `f
 rate limits (99991400 / HTTP 429 with `x-ogw-ratelimit-reset`, 230020) wait and retry, 99991663 / 99991661
 drop the cached tenant token and retry once (F3). The domain is `settings.FEISHU_DOMAIN` (F4).
 
-A send passes `budget` (R4, amuxweb/feishu/outbound/budget.py): `feishu_call` takes it right before each
+A send passes `budget` (R4, feishu/outbound/budget.py): `feishu_call` takes it right before each
 request leaves, after the bot's client is built and its tenant token is in the SDK's cache, and again before
 a resend after a rate-limit answer. A token taken earlier would let the request reach Feishu up to a token
 fetch later (a second under load), inside the next sender's slot: a sixth send in Feishu's second.
@@ -26,9 +26,9 @@ import requests
 from django.conf import settings
 
 from agents.models import Bot
-from amuxweb.feishu.outbound.budget import send_budget_acquire
-from amuxweb.feishu.sandbox import MESSAGE_NOT_FOUND_CODE, SANDBOX_DOMAIN, sandbox_transport_install
-from amuxweb.feishu.sdk import (
+from feishu.outbound.budget import send_budget_acquire
+from feishu.outbound.sandbox import MESSAGE_NOT_FOUND_CODE, SANDBOX_DOMAIN, sandbox_transport_install
+from feishu.outbound.sdk import (
     AccessTokenType,
     BaseRequest,
     CardkitService,
@@ -84,7 +84,7 @@ MESSAGE_RESOURCE_TOO_LARGE_CODE = -413  # ours, not Feishu's: the file is larger
 class FeishuClient:
     """What `lark.Client.builder()...build()` sets up, for the two services the bridge calls: the config (app,
     secret, domain, timeout, log level), `im` and `cardkit`, and a raw request through the same token check and
-    transport. `lark_oapi.client` would import all ~60 services of the SDK (amuxweb/feishu/sdk.py); the services
+    transport. `lark_oapi.client` would import all ~60 services of the SDK (feishu/outbound/sdk.py); the services
     are the SDK's own, so every request is the one lark.Client would send. The tenant token cache is the SDK's
     process-wide `TokenManager.cache`, as with lark.Client."""
 
@@ -182,7 +182,7 @@ class MessageResource:
 
 
 def lark_client_get(*, bot: Bot) -> FeishuClient:
-    # A sandbox bot's client has the sandbox domain: the transport answers it locally (amuxweb/feishu/sandbox.py).
+    # A sandbox bot's client has the sandbox domain: the transport answers it locally (feishu/outbound/sandbox.py).
     domain = SANDBOX_DOMAIN if bot.is_sandbox else settings.FEISHU_DOMAIN
     app_id = bot.bridge_id if bot.is_sandbox else bot.feishu_app_id
     fingerprint = (app_id, bot.feishu_app_secret, domain)

@@ -21,17 +21,17 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.messages import bot_text
-from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.outbound.cards import (
+from feishu.outbound import client as feishu_client
+from feishu.inbound.messages import bot_text
+from feishu.models import OutboundDelivery
+from feishu.outbound.cards import (
     CARD_CHUNK_CHARS,
     TEXT_CHUNK_CHARS,
     ReplyFormat,
     markdown_chunks,
     outbound_content,
 )
-from amuxweb.feishu.outbound.streaming import StreamState, stream_uuid
+from feishu.outbound.streaming import StreamState, stream_uuid
 
 logger = logging.getLogger(__name__)
 

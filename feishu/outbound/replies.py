@@ -19,11 +19,11 @@ import logging
 from agents.models import Bot, Turn
 from agents.services.turns.channels import StreamSink
 from agents.services.turns.ledger import turn_channel_state_add, turn_channel_state_merge
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.messages import bot_text
-from amuxweb.feishu.outbound.streaming import StreamingCard, StreamState
-from amuxweb.feishu.parsing import ParsedMessage
-from amuxweb.feishu.services.delivery import delivery_uuid, plain_replies_send, stream_deliveries_record
+from feishu.outbound import client as feishu_client
+from feishu.inbound.messages import bot_text
+from feishu.outbound.streaming import StreamingCard, StreamState
+from feishu.inbound.parsing import ParsedMessage
+from feishu.outbound.delivery import delivery_uuid, plain_replies_send, stream_deliveries_record
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ machine, and recorded; nothing it sends can reach Feishu (F5, issue 14 item 8).
 
 The seam is the lowest level every lark-oapi call goes through: `lark_oapi.core.http.Transport.execute` (and its
 async twin), which the SDK's typed services and its token manager all call with the client's `Config`. A sandbox
-bot's client is built with `SANDBOX_DOMAIN` (amuxweb/feishu/client.py); the router below answers any request
+bot's client is built with `SANDBOX_DOMAIN` (feishu/outbound/client.py); the router below answers any request
 whose config carries that domain and hands every other request, unchanged, to the SDK's own transport. So:
 - a playground message cannot leave the machine: messages, CardKit cards (create, element content, settings),
   reactions, reads and the tenant token of a sandbox bot never get to `requests`;
@@ -22,8 +22,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from amuxweb.feishu.models import SandboxCall
-from amuxweb.feishu.sdk import JSON, Config, RawResponse, Transport
+from feishu.models import SandboxCall
+from feishu.outbound.sdk import JSON, Config, RawResponse, Transport
 
 logger = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from typing import Any
 from django.conf import settings
 
 from agents.models import Bot
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.outbound.budget import send_budget_try
-from amuxweb.feishu.outbound.cards import (
+from feishu.outbound import client as feishu_client
+from feishu.outbound.budget import send_budget_try
+from feishu.outbound.cards import (
     CARD_CHUNK_CHARS,
     MARKDOWN_ELEMENT_ID,
     STREAMING_PLACEHOLDER,

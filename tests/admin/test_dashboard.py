@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone, translation
 
 from agents.models import Bot, Turn
-from amuxweb.dashboard.selectors import dashboard_rows
-from amuxweb.feishu.models import OutboundDelivery
+from console.dashboard.selectors import dashboard_rows
+from feishu.models import OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.services import probe_gate_run
 from tests.agents.factories import BotFactory, ThreadFactory, UserFactory

@@ -1,6 +1,6 @@
 """The dashboard's pure rules: health state and cause order, percentiles, chart scaling."""
 
-from amuxweb.dashboard.rules import HealthInputs, Segment, bar_heights, health_causes, percentile, stacked_bars
+from console.dashboard.health import HealthInputs, Segment, bar_heights, health_causes, percentile, stacked_bars
 
 HEALTHY_INPUTS = dict(
     provider_test_failed=False,

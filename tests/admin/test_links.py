@@ -12,8 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from amuxweb.feishu import discuss
-from amuxweb.feishu.models import DiscussWake, InboundEvent, OutboundDelivery
+from feishu.discuss import wake as discuss
+from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from tests.agents.factories import LLMModelFactory, ProviderFactory, UserFactory
 from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)

@@ -35,7 +35,7 @@ from agents.models import Bot, McpServer, Message, Thread, Turn, TurnToolCall
 from agents.tools.checks import TOOL_BUDGET_OVER_SOFT_LIMIT, tool_budget_fits_the_soft_limit
 from agents.tools.loop import FINAL_ANSWER_INSTRUCTION
 from agents.tools.turns import SOFT_LIMIT_MARGIN_SECONDS, budget_within_soft_limit, tool_budget_max_seconds
-from amuxweb.feishu import discuss
+from feishu.discuss import wake as discuss
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
 from tests.agents.forms import bot_admin_form_data
 from tests.agents.test_llm_adapters import APIS, MODEL_NAMES

@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot
-from amuxweb.feishu import discuss
-from amuxweb.feishu.models import DiscussWake
+from feishu.discuss import wake as discuss
+from feishu.models import DiscussWake
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.browser.conftest import ADMIN_PASSWORD, VIEWPORT
 from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)

@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot
-from amuxweb.feishu import discuss
-from amuxweb.feishu.models import DiscussWake, OutboundDelivery
+from feishu.discuss import wake as discuss
+from feishu.models import DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.browser.conftest import ADMIN_PASSWORD, VIEWPORT

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Bot
-from amuxweb.feishu import discuss
-from amuxweb.playground.models import PlaygroundGroup, PlaygroundMember
-from amuxweb.playground.services import playground_members_sync
+from feishu.discuss import wake as discuss
+from console.models import PlaygroundGroup, PlaygroundMember
+from console.playground.services import playground_members_sync
 from tests.agents.factories import LLMModelFactory
 from tests.browser.conftest import ADMIN_PASSWORD
 from tests.feishu.conftest import feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)

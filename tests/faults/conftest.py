@@ -28,7 +28,7 @@ import pytest
 import requests
 from django.conf import settings
 
-from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 from tests.faults.servers import (
     REPOSITORY,
     HubProcess,

@@ -10,10 +10,10 @@ import pytest
 from django.test import TestCase
 
 from agents.models import Bot
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu import webhook as feishu_webhook
-from amuxweb.feishu.sdk import LocalCache, TokenManager
-from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+from feishu.outbound import client as feishu_client
+from feishu.inbound import webhook as feishu_webhook
+from feishu.outbound.sdk import LocalCache, TokenManager
+from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 from tests.agents.factories import BotFactory
 from tests.stubs.feishu_server import FeishuStub, FeishuStubServer
 

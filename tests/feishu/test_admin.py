@@ -3,7 +3,7 @@
 import pytest
 from django.test import TestCase
 
-from amuxweb.feishu.models import InboundEvent
+from feishu.models import InboundEvent
 from tests.agents.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -67,7 +67,7 @@ def test_admin_lists_cost_the_same_queries_for_one_row_or_many(admin_client, mak
     from django.utils import timezone
 
     from agents.models import Turn
-    from amuxweb.feishu.models import DiscussWake, OutboundDelivery
+    from feishu.models import DiscussWake, OutboundDelivery
     from tests.agents.factories import ThreadFactory
 
     def rows(index: int) -> None:
@@ -107,7 +107,7 @@ def test_explain_pages_need_the_view_permission_on_discuss_wakes_P11(client, mak
     from django.utils import timezone
 
     from agents.models import Turn
-    from amuxweb.feishu.models import DiscussWake
+    from feishu.models import DiscussWake
     from tests.agents.factories import ThreadFactory
 
     bot = make_feishu_bot()
@@ -139,7 +139,7 @@ def test_admin_reprocess_costs_the_same_queries_for_one_event_or_many(admin_clie
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from amuxweb.feishu.tasks import inbound_event_process
+    from feishu.tasks import inbound_event_process
 
     enqueue = mocker.patch.object(inbound_event_process, "apply_async")
     bot = make_feishu_bot()

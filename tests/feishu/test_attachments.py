@@ -10,8 +10,8 @@ import pytest
 from django.apps import apps
 
 from agents.models import Bot, Turn
-from amuxweb.feishu.attachments import ATTACHMENTS_HEADER, ATTACHMENTS_PREAMBLE
-from amuxweb.feishu.signing import message_event_payload
+from feishu.channel.attachments import ATTACHMENTS_HEADER, ATTACHMENTS_PREAMBLE
+from feishu.inbound.signing import message_event_payload
 from tests.agents.test_llm_adapters import APIS, model_for
 from tests.stubs.llm_servers import BODY_BUILDERS, StubResponse, openai_chat_body
 from threadcontext.models import ThreadContextItem

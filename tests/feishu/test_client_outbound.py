@@ -5,15 +5,15 @@ import json
 
 import pytest
 
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.outbound.cards import markdown_card
+from feishu.outbound import client as feishu_client
+from feishu.outbound.cards import markdown_card
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def no_sleep(mocker):
-    return mocker.patch("amuxweb.feishu.client.time.sleep")
+    return mocker.patch("feishu.outbound.client.time.sleep")
 
 
 def test_r1_reaction_create_returns_its_id_and_delete_removes_it(feishu_stub, make_feishu_bot):

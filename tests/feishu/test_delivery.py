@@ -8,10 +8,10 @@ import pytest
 from django.conf import settings
 
 from agents.models import Turn
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.services import deliveries_prepare, delivery_send
-from amuxweb.feishu.services.delivery import TEXT_CHUNK_CHARS, delivery_uuid
+from feishu.outbound import client as feishu_client
+from feishu.models import OutboundDelivery
+from feishu.outbound.delivery import deliveries_prepare, delivery_send
+from feishu.outbound.delivery import TEXT_CHUNK_CHARS, delivery_uuid
 from tests.agents.factories import ThreadFactory
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def no_sleep(mocker):
-    return mocker.patch("amuxweb.feishu.client.time.sleep")
+    return mocker.patch("feishu.outbound.client.time.sleep")
 
 
 def _turn(bot, source="om_src"):
@@ -179,7 +179,7 @@ def test_f4_client_uses_the_feishu_domain_setting(feishu_stub, make_feishu_bot):
 
 
 def test_f6_bot_open_id_is_read_once_from_bot_info_and_cached(feishu_stub, make_feishu_bot):
-    from amuxweb.feishu.services.routing import bot_open_id_ensure
+    from feishu.inbound.routing import bot_open_id_ensure
 
     bot = make_feishu_bot()
     feishu_stub.bot_open_ids[bot.feishu_app_id] = "ou_the_real_bot"

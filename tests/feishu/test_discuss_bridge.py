@@ -13,8 +13,8 @@ from agents.models import Bot, Turn
 from agents.services.turns import turns_sweep
 from agents.tasks import turn_run_task
 from amuxweb.celery import app as celery_app
-from amuxweb.feishu import discuss
-from amuxweb.feishu.models import DiscussWake
+from feishu.discuss import wake as discuss
+from feishu.models import DiscussWake
 from probe.prompts import activation_contract
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.probe.conftest import make_discuss_bot, make_judge, stub_base_url  # noqa: F401  (fixtures)
@@ -80,7 +80,7 @@ def test_a_discuss_turn_requeued_by_the_sweeper_keeps_its_activation_contract_P9
 
 def test_a_swept_ungated_discuss_turn_runs_without_a_contract_P9(make_discuss_bot, mocker):  # noqa: F811
     """P9: only a judge's `send` brings a contract; an ungated discuss turn is re-queued without one."""
-    from amuxweb.feishu.services.turns import discuss_contract_get
+    from feishu.channel.turn_channel import discuss_contract_get
     from tests.agents.factories import ThreadFactory
 
     bot = make_discuss_bot(mode=Bot.ProbeMode.OFF)
@@ -100,7 +100,7 @@ def test_a_broker_outage_when_a_wake_opens_is_logged_and_the_sweeper_fires_it_P1
     )
     celery_app.conf.task_always_eager = False  # a broker is configured (the autouse fixture restores eager)
     mocker.patch.object(discuss.discuss_wake_fire_task, "apply_async", side_effect=OperationalError("redis down"))
-    caplog.set_level(logging.WARNING, logger="amuxweb.tasks_enqueue")
+    caplog.set_level(logging.WARNING, logger="core.tasks_enqueue")
     # when
     with django_capture_on_commit_callbacks(execute=True):
         wake = discuss.discuss_wake_schedule(bot=discuss_bot, chat_id="oc_team", root_msg_id="om_1", message_id="om_1")

@@ -14,11 +14,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from amuxweb.feishu import discuss
-from amuxweb.feishu.discuss import discuss_wake_schedule, discuss_wake_upsert
-from amuxweb.feishu.models import DiscussWake, InboundEvent
-from amuxweb.feishu.services.intake import EventFinish
-from amuxweb.feishu.signing import message_event_payload
+from feishu.discuss import wake as discuss
+from feishu.discuss.wake import discuss_wake_schedule, discuss_wake_upsert
+from feishu.models import DiscussWake, InboundEvent
+from feishu.inbound.intake import EventFinish
+from feishu.inbound.signing import message_event_payload
 from tests.feishu.concurrency import run_against_a_held_transaction
 
 pytestmark = pytest.mark.django_db

@@ -12,14 +12,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.models import Bot
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.services.intake import (
+from feishu.models import InboundEvent
+from feishu.inbound.intake import (
     BOT_CACHE_SECONDS,
     bot_cached_get,
     claim_takeover_seconds,
     inbound_event_claim,
 )
-from amuxweb.feishu.signing import message_event_payload
+from feishu.inbound.signing import message_event_payload
 from tests.feishu.concurrency import run_against_a_held_transaction
 
 pytestmark = pytest.mark.django_db

@@ -10,12 +10,12 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from agents.models import Turn
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu import webhook as feishu_webhook
-from amuxweb.feishu.models import InboundEvent, OutboundDelivery
-from amuxweb.feishu.services import inbound_event_process
-from amuxweb.feishu.tasks import inbound_event_process as inbound_event_process_task
-from amuxweb.feishu.tasks import inbound_events_sweep
+from feishu.outbound import client as feishu_client
+from feishu.inbound import webhook as feishu_webhook
+from feishu.models import InboundEvent, OutboundDelivery
+from feishu.inbound.routing import inbound_event_process
+from feishu.tasks import inbound_event_process as inbound_event_process_task
+from feishu.tasks import inbound_events_sweep
 
 pytestmark = pytest.mark.django_db
 

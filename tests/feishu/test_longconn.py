@@ -11,15 +11,15 @@ import time
 import pytest
 
 from agents.models import Bot, Turn
-from amuxweb.feishu.longconn import (
+from feishu.inbound.longconn import (
     LongConnection,
     LongConnectionBot,
     LongConnectionSupervisor,
     long_connection_bots_list,
     restart_delay_seconds,
 )
-from amuxweb.feishu.models import FeishuConnection, InboundEvent
-from amuxweb.feishu.signing import message_event_payload
+from feishu.models import FeishuConnection, InboundEvent
+from feishu.inbound.signing import message_event_payload
 from tests.stubs.feishu_ws_server import FeishuWsStub
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -270,7 +270,7 @@ def test_g6_a_store_slower_than_the_ack_window_is_redelivered_and_kept_once(
     feishu_stub, ws_stub, long_connection_bot, connect, monkeypatch
 ):
     # given: the first store takes longer than the processor waits (a locked database, say)
-    from amuxweb.feishu import longconn
+    from feishu.inbound import longconn
 
     real_store = longconn.captured_event_store
     calls = []

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from agents.models import Bot
-from amuxweb.feishu.models import FeishuConnection
+from feishu.models import FeishuConnection
 from tests.agents.forms import bot_admin_form_data
 
 pytestmark = pytest.mark.django_db

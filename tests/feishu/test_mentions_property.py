@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.models import Turn
-from amuxweb.feishu.signing import mention_entry, message_event_payload
+from feishu.inbound.signing import mention_entry, message_event_payload
 from tests.feishu.conftest import bot_open_id
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, Workspace
 

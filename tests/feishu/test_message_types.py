@@ -10,11 +10,11 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Bot
-from amuxweb.feishu import discuss
-from amuxweb.feishu.longconn import LongConnection
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.parsing import Attachment, card_text, message_content_parse, message_parse
-from amuxweb.feishu.signing import message_event_payload
+from feishu.discuss import wake as discuss
+from feishu.inbound.longconn import LongConnection
+from feishu.models import InboundEvent
+from feishu.inbound.parsing import Attachment, card_text, message_content_parse, message_parse
+from feishu.inbound.signing import message_event_payload
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.probe.conftest import make_judge, stub_base_url  # noqa: F401  (fixtures)
 from tests.stubs.feishu_ws_server import FeishuWsStub

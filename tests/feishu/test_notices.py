@@ -11,11 +11,11 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.models import Turn
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
-from amuxweb.feishu.models import InboundEvent, OutboundDelivery
-from amuxweb.feishu.services.turns import QUOTED_READ_FAILED_TEXT
-from amuxweb.feishu.tasks import inbound_events_sweep
+from feishu.outbound import client as feishu_client
+from feishu.inbound.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
+from feishu.models import InboundEvent, OutboundDelivery
+from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
+from feishu.tasks import inbound_events_sweep
 from threadcontext.models import Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,7 +98,7 @@ def test_f3_a_refused_notice_is_kept_and_sent_once_by_the_sweeper(feishu, make_f
 
 
 def test_f3_a_notice_feishu_keeps_refusing_is_retried_a_bounded_number_of_times(feishu, make_feishu_bot):
-    from amuxweb.feishu.services.delivery import NOTICE_GIVE_UP_AFTER_SECONDS, NOTICE_MAX_ATTEMPTS, notices_sweep
+    from feishu.outbound.delivery import NOTICE_GIVE_UP_AFTER_SECONDS, NOTICE_MAX_ATTEMPTS, notices_sweep
 
     # given: the bot was removed from the chat (a permanent refusal)
     bot = make_feishu_bot()

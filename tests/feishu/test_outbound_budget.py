@@ -12,10 +12,10 @@ import pytest
 import redis
 from django.db import connection
 
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.models import SendBudgetBucket
-from amuxweb.feishu.outbound import budget
-from amuxweb.feishu.outbound.budget import bucket_take, send_budget_acquire, send_budget_try
+from feishu.outbound import client as feishu_client
+from feishu.models import SendBudgetBucket
+from feishu.outbound import budget
+from feishu.outbound.budget import bucket_take, send_budget_acquire, send_budget_try
 
 BOTS = 3
 SENDS_PER_BOT = 10
@@ -216,7 +216,7 @@ def _recording_takes(mocker, stub) -> list[int]:
         takes.append(len(stub.requests_to("token")))
         return real_acquire(**kwargs)
 
-    mocker.patch("amuxweb.feishu.client.send_budget_acquire", side_effect=acquire)
+    mocker.patch("feishu.outbound.client.send_budget_acquire", side_effect=acquire)
     return takes
 
 

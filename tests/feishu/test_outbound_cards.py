@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.outbound.cards import (
+from feishu.outbound import client as feishu_client
+from feishu.outbound.cards import (
     MARKDOWN_ELEMENT_ID,
     markdown_card,
     markdown_chunks,

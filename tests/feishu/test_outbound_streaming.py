@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.outbound import streaming
-from amuxweb.feishu.outbound.streaming import StreamingCard, StreamState
-from amuxweb.feishu.services.delivery import delivery_uuid, plain_replies_send
+from feishu.models import OutboundDelivery
+from feishu.outbound import streaming
+from feishu.outbound.streaming import StreamingCard, StreamState
+from feishu.outbound.delivery import delivery_uuid, plain_replies_send
 
 pytestmark = pytest.mark.django_db
 
@@ -115,7 +115,7 @@ def test_r3_updates_per_second_per_card_stay_at_most_10_under_a_fast_producer_wi
 ):
     # given: the budget never says no, the throttle alone keeps the pace; a character every millisecond of a
     # clock the test moves (1.5 s of it), so what is measured is the throttle's decisions, not the machine's speed
-    mocker.patch("amuxweb.feishu.outbound.streaming.send_budget_try", return_value=True)
+    mocker.patch("feishu.outbound.streaming.send_budget_try", return_value=True)
     # the stub's per-card limit counts wall-clock arrivals, which a moved clock compresses: the gaps are asserted
     # on the controller's own clock instead (with the real clock they are the same gaps in real time)
     feishu_stub.rate_limits_enabled = False

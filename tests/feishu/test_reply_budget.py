@@ -23,7 +23,7 @@ def test_r4_three_bots_ten_replies_each_into_one_chat_never_exceed_5_sends_per_s
     if connection.vendor != "postgresql":
         pytest.skip("three worker threads need PostgreSQL (SQLite's shared in-memory test database locks tables)")
     # given: 30 questions to three bots in one group; the turns wait to be run by three workers at once
-    mocker.patch("amuxweb.feishu.services.turns.turn_enqueue")
+    mocker.patch("feishu.channel.turn_channel.turn_enqueue")
     bots = [make_feishu_bot() for _ in range(BOTS)]
     for bot in bots:
         for index in range(REPLIES_PER_BOT):

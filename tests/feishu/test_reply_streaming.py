@@ -14,10 +14,10 @@ import pytest
 
 from agents.mcp.client import mcp_connections_close_all
 from agents.models import McpServer, Message, Provider, Turn
-from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.outbound.cards import CARD_CHUNK_CHARS, TEXT_CHUNK_CHARS
-from amuxweb.feishu.services.delivery import deliveries_prepare, deliveries_send
-from amuxweb.feishu.services.replies import tool_step_line
+from feishu.models import OutboundDelivery
+from feishu.outbound.cards import CARD_CHUNK_CHARS, TEXT_CHUNK_CHARS
+from feishu.outbound.delivery import deliveries_prepare, deliveries_send
+from feishu.outbound.replies import tool_step_line
 from tests.agents.factories import LLMModelFactory, ProviderFactory, ThreadFactory
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
 from tests.stubs.mcp_server import stdio_command
@@ -110,7 +110,7 @@ def test_r3_a_refused_card_falls_back_to_one_plain_reply_with_the_whole_answer(f
 
 def test_r3_a_5xx_at_the_end_retries_the_delivery_on_the_same_card(feishu, make_feishu_bot, llm_stub, mocker):
     # given: Feishu fails the final update with a 500 (then recovers)
-    mocker.patch("amuxweb.feishu.client.time.sleep")
+    mocker.patch("feishu.outbound.client.time.sleep")
     bot = make_feishu_bot(primary_model=openai_model(llm_stub))
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="short answer")))
     feishu.stub.fail_next("card_settings", status=500, code=1, msg="internal error")
@@ -247,7 +247,7 @@ def test_r3_an_update_refused_after_the_card_falls_back_through_the_delivery_row
 
 def test_r3_a_plain_fallback_the_delivery_retries_sends_each_chunk_once(feishu, make_feishu_bot, llm_stub, mocker):
     # given: a refused card, an answer of two plain messages, and a 500 on the first plain reply
-    mocker.patch("amuxweb.feishu.client.time.sleep")
+    mocker.patch("feishu.outbound.client.time.sleep")
     bot = make_feishu_bot(primary_model=openai_model(llm_stub))
     long_answer = "\n\n".join(f"Paragraph {n}: " + "word " * 200 for n in range(2 * TEXT_CHUNK_CHARS // 1000 + 2))
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text=long_answer)))

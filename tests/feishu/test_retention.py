@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from amuxweb.feishu.models import DiscussWake, InboundEvent, SandboxCall
-from amuxweb.feishu.tasks import bridge_records_prune
+from feishu.models import DiscussWake, InboundEvent, SandboxCall
+from feishu.tasks import bridge_records_prune
 from tests.agents.factories import BotFactory
 
 pytestmark = pytest.mark.django_db

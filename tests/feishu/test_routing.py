@@ -6,11 +6,11 @@ import re
 import pytest
 
 from agents.models import Bot, Turn
-from amuxweb.feishu.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
-from amuxweb.feishu.models import DiscussWake, InboundEvent, OutboundDelivery
-from amuxweb.feishu.parsing import message_parse, text_chunks
-from amuxweb.feishu.services.turns import QUOTED_READ_FAILED_TEXT
-from amuxweb.feishu.signing import message_event_payload
+from feishu.inbound.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
+from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
+from feishu.inbound.parsing import message_parse, text_chunks
+from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
+from feishu.inbound.signing import message_event_payload
 from tests.feishu.conftest import bot_open_id, fixture_payload
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadEvent, Workspace
 from threadcontext.services.collection import REDACTED
@@ -323,7 +323,7 @@ def test_c8_topic_root_not_marked_delivered_when_the_delivery_fails(feishu, make
     Workspace.objects.create(bot_profile=bot.slug, chat_id="oc_group")
     feishu.stub.add_message(message_id="om_root", text="The task", chat_id="oc_group")
     feishu.stub.fail_next("reply", status=400, code=230002, msg="Bot is not in the chat", times=20)
-    mocker.patch("amuxweb.feishu.client.time.sleep")
+    mocker.patch("feishu.outbound.client.time.sleep")
 
     feishu.say(bot, text="go", mention=[bot], root_id="om_root", thread_id="omt", parent_id="om_root")
 
@@ -356,7 +356,7 @@ def test_f6_unknown_bot_open_id_keeps_the_event_for_a_retry_instead_of_dropping_
     # given: bot/v3/info fails, so the bot cannot tell whether it was @-ed
     bot = make_feishu_bot()
     feishu.stub.fail_next("bot_info", status=500, code=500, msg="internal error", times=50)
-    mocker.patch("amuxweb.feishu.client.time.sleep")
+    mocker.patch("feishu.outbound.client.time.sleep")
     # when
     feishu.say(bot, text="hello", mention=[bot])
     # then: not processed, back to pending for the sweeper; no turn, nothing sent

@@ -1,4 +1,4 @@
-"""Issue 11 (memory): lark-oapi loads slimly through amuxweb/feishu/sdk.py, and nothing that reads the SDK the usual
+"""Issue 11 (memory): lark-oapi loads slimly through feishu/outbound/sdk.py, and nothing that reads the SDK the usual
 way notices: `import lark_oapi; lark_oapi.Client` still loads the whole SDK, with the very same classes, and our
 client sends what lark.Client sends.
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from amuxweb.feishu.sdk import domain_is_origin, is_slim_package
+from feishu.outbound.sdk import domain_is_origin, is_slim_package
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 # Measured: 968 lark_oapi modules through sdk.py (everything the bridge calls, the event dispatcher included);
@@ -22,7 +22,7 @@ FULL_MODULES_MIN = 5_000
 
 SLIM_LOAD = """
 import json, sys
-import amuxweb.feishu.sdk
+import feishu.outbound.sdk
 print(json.dumps({
     "modules": len([name for name in sys.modules if name.startswith("lark_oapi")]),
     # what only an umbrella's `__init__` imports (the client with every service, the card and channel layers)
@@ -39,7 +39,7 @@ print(json.dumps({
 # The slim load, then the SDK read the usual ways, from several threads at once for the first read.
 FULL_AFTER_SLIM = """
 import json, sys, threading
-from amuxweb.feishu import sdk
+from feishu.outbound import sdk
 import lark_oapi
 barrier = threading.Barrier(4)
 seen = []
@@ -75,7 +75,7 @@ print(json.dumps({
 SLIM_AFTER_FULL = """
 import json
 import lark_oapi
-from amuxweb.feishu import sdk
+from feishu.outbound import sdk
 print(json.dumps([sdk.CreateMessageRequest is lark_oapi.api.im.v1.CreateMessageRequest,
                   sdk.EventDispatcherHandler is lark_oapi.EventDispatcherHandler]))
 """
@@ -87,8 +87,8 @@ import json
 import django
 django.setup()
 import lark_oapi
-from amuxweb.feishu.client import FeishuClient, _RawResult
-from amuxweb.feishu.sdk import (AccessTokenType, BaseRequest, CreateMessageRequest, CreateMessageRequestBody,
+from feishu.outbound.client import FeishuClient, _RawResult
+from feishu.outbound.sdk import (AccessTokenType, BaseRequest, CreateMessageRequest, CreateMessageRequestBody,
                                 HttpMethod, LocalCache, TokenManager)
 from tests.stubs.feishu_server import FeishuStubServer
 

@@ -4,8 +4,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.models import Turn
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.simulate import ScriptStep, script_parse
+from feishu.models import InboundEvent
+from feishu.simulate import ScriptStep, script_parse
 from threadcontext.models import ThreadEvent, Workspace
 
 
@@ -54,7 +54,7 @@ def test_feishu_simulate_refuses_an_unknown_bot():
 
 @pytest.mark.django_db(transaction=True)
 def test_feishu_simulate_provision_demo_bot_without_feishu_app(live_server, capsys):
-    from amuxweb.feishu.models import OutboundDelivery
+    from feishu.models import OutboundDelivery
     from tests.agents.factories import BotFactory
 
     # given: a bot with no Feishu app at all (the embedded demo's bots)

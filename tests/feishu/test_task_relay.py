@@ -1,4 +1,4 @@
-"""The intake's relay (amuxweb.tasks_relay, issue 11): the webhook commits the event and hands its task to this
+"""The intake's relay (core.tasks_relay, issue 11): the webhook commits the event and hands its task to this
 process's publisher thread, which pushes batches to Redis. A relayed message is exactly what `apply_async` sends,
 a real worker runs it, a broker outage loses nothing (the sweeper), and a normal exit publishes what is queued."""
 
@@ -19,12 +19,12 @@ from celery.exceptions import CDeprecationWarning
 from django.conf import settings
 from kombu import Connection
 
-from amuxweb import tasks_relay
+from core import tasks_relay
 from amuxweb.celery import app
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.services.intake import inbound_events_sweep
-from amuxweb.feishu.tasks import inbound_event_process
-from amuxweb.tasks_relay import message_render, message_template_capture, relay_applies, relay_flush, task_relay
+from feishu.models import InboundEvent
+from feishu.inbound.intake import inbound_events_sweep
+from feishu.tasks import inbound_event_process
+from core.tasks_relay import message_render, message_template_capture, relay_applies, relay_flush, task_relay
 from tests.feishu.conftest import bot_open_id
 from tests.feishu.test_worker import wait_for
 
@@ -139,7 +139,7 @@ def test_broker_down_the_webhook_answers_200_and_the_sweeper_publishes_later(
     relay_live, feishu, make_feishu_bot, caplog
 ):
     # given: the relay is live and Redis refuses connections
-    caplog.set_level(logging.WARNING, logger="amuxweb.tasks_relay")
+    caplog.set_level(logging.WARNING, logger="core.tasks_relay")
     bot = make_feishu_bot()
     with celery_conf(broker_url="redis://127.0.0.1:1/0"):
         assert relay_applies(inbound_event_process) is True
@@ -197,7 +197,7 @@ def test_a_normal_exit_publishes_what_is_still_queued():
             "import django",
             "django.setup()",
             "from amuxweb.celery import app",
-            "from amuxweb.tasks_relay import task_relay",
+            "from core.tasks_relay import task_relay",
             "warnings.simplefilter('ignore')  # the task's own queue attribute, as above",
             "def relay_exit_probe(): pass",
             f"probe = app.task(name='relay_exit_probe', queue={queue!r})(relay_exit_probe)",

@@ -21,8 +21,8 @@ from agents.services.automations import automation_create, automation_run
 from agents.services.turns import DELIVERY_MAX_ATTEMPTS, TURN_MAX_SWEEPS, running_stale_seconds, turns_sweep
 from agents.services.turns.channels import DELIVERY_FAILED_NOTICE_TEXT, FAILED_NOTICE_TEXT
 from agents.tasks import automation_run_task
-from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.feishu.services.turns import QUOTED_READ_FAILED_TEXT
+from feishu.models import OutboundDelivery
+from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
 from threadcontext.models import SessionBinding, ThreadContextDecision, Workspace
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +32,7 @@ ECHO = "[local_rules · rule-based echo] I received 0 context messages; you said
 
 @pytest.fixture(autouse=True)
 def no_sleep(mocker):
-    return mocker.patch("amuxweb.feishu.client.time.sleep")
+    return mocker.patch("feishu.outbound.client.time.sleep")
 
 
 def sent_texts(stub) -> list[str]:
@@ -81,7 +81,7 @@ def test_l2_a_replied_turn_left_undelivered_is_resumed_by_the_sweeper_with_the_s
 ):
     # given: the worker stored the reply and died before sending it (the channel's deliver never ran)
     bot = make_feishu_bot()
-    from amuxweb.feishu.services.turns import FeishuChannel
+    from feishu.channel.turn_channel import FeishuChannel
 
     crash = mocker.patch.object(FeishuChannel, "deliver", side_effect=SystemExit("killed"))
     with pytest.raises(SystemExit):

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from amuxweb.feishu.models import InboundEvent
-from amuxweb.feishu.signing import event_encrypt, event_request_build, mention_entry, message_event_payload
-from amuxweb.parsers import MAX_JSON_DEPTH
+from feishu.models import InboundEvent
+from feishu.inbound.signing import event_encrypt, event_request_build, mention_entry, message_event_payload
+from core.parsers import MAX_JSON_DEPTH
 from tests.feishu.conftest import fixture_payload
 from tests.security.feishu_requests import ascii_json, nested_array, nested_object, post_signed
 
@@ -254,7 +254,7 @@ def test_f1_far_future_timestamp_is_refused(feishu, make_feishu_bot, settings):
 
 
 def test_f1_the_request_only_stores_and_enqueues_no_feishu_or_llm_call(feishu, make_feishu_bot, llm_stub, mocker):
-    from amuxweb.feishu.tasks import inbound_event_process
+    from feishu.tasks import inbound_event_process
 
     # given: the processing task is queued, not run (as with a real broker)
     bot = make_feishu_bot()
@@ -289,7 +289,7 @@ def test_f1_a_cached_bot_costs_the_webhook_one_query_the_insert(feishu, make_fei
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from amuxweb.feishu.tasks import inbound_event_process
+    from feishu.tasks import inbound_event_process
 
     bot = make_feishu_bot()
     mocker.patch.object(inbound_event_process, "apply_async")
@@ -307,7 +307,7 @@ def test_f1_bot_cache_expires_and_a_save_in_this_process_drops_it_at_once(make_f
     from django.db import connection
 
     from agents.models import Bot
-    from amuxweb.feishu.webhook import BOT_CACHE_SECONDS, webhook_bot_get
+    from feishu.inbound.webhook import BOT_CACHE_SECONDS, webhook_bot_get
 
     bot = make_feishu_bot()
     assert webhook_bot_get(slug=bot.slug, now=0.0).pk == bot.pk

@@ -5,8 +5,8 @@ import pytest
 from django.db import OperationalError
 
 from agents.models import Bot
-from amuxweb.feishu import webhook as feishu_webhook
-from amuxweb.feishu.models import InboundEvent
+from feishu.inbound import webhook as feishu_webhook
+from feishu.models import InboundEvent
 
 pytestmark = pytest.mark.django_db
 

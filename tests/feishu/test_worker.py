@@ -7,9 +7,9 @@ import time
 import pytest
 
 from agents.models import Turn
-from amuxweb.feishu import webhook as feishu_webhook
-from amuxweb.feishu.models import InboundEvent, OutboundDelivery
-from amuxweb.feishu.signing import event_request_build, mention_entry, message_event_payload
+from feishu.inbound import webhook as feishu_webhook
+from feishu.models import InboundEvent, OutboundDelivery
+from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
 

@@ -11,11 +11,11 @@ from django.utils import timezone
 
 from agents.llm.local_rules import ECHO_LABEL
 from agents.models import Bot, Turn
-from amuxweb.dashboard.selectors import dashboard_rows
-from amuxweb.feishu import discuss
-from amuxweb.feishu.models import InboundEvent, OutboundDelivery
-from amuxweb.playground.models import PlaygroundGroup, PlaygroundMember, PlaygroundMessage
-from amuxweb.playground.services import playground_members_sync
+from console.dashboard.selectors import dashboard_rows
+from feishu.discuss import wake as discuss
+from feishu.models import InboundEvent, OutboundDelivery
+from console.models import PlaygroundGroup, PlaygroundMember, PlaygroundMessage
+from console.playground.services import playground_members_sync
 from probe.models import ProbeJudgement
 from tests.agents.factories import LLMModelFactory
 from threadcontext.models import Workspace

@@ -9,9 +9,9 @@ import pytest
 from django.urls import reverse
 
 from agents.models import Bot
-from amuxweb.feishu.models import OutboundDelivery
-from amuxweb.playground.models import PlaygroundGroup, PlaygroundMember
-from amuxweb.playground.services import playground_members_sync
+from feishu.models import OutboundDelivery
+from console.models import PlaygroundGroup, PlaygroundMember
+from console.playground.services import playground_members_sync
 from tests.agents.factories import LLMModelFactory
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]

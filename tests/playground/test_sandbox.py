@@ -1,15 +1,15 @@
-"""The sandbox seam (amuxweb/feishu/sandbox.py): a sandbox bot's Feishu calls never leave the machine, a real bot's
+"""The sandbox seam (feishu/outbound/sandbox.py): a sandbox bot's Feishu calls never leave the machine, a real bot's
 calls are never swallowed, whatever chat or message they name."""
 
 import pytest
 import requests
 
 from agents.models import Bot
-from amuxweb.feishu import client as feishu_client
-from amuxweb.feishu.models import SandboxCall
-from amuxweb.feishu.outbound.cards import markdown_card
-from amuxweb.feishu.sandbox import SANDBOX_CARD_PREFIX, SANDBOX_MESSAGE_PREFIX, SANDBOX_REACTION_PREFIX
-from amuxweb.playground.models import CHAT_ID_PREFIX, MESSAGE_ID_PREFIX
+from feishu.outbound import client as feishu_client
+from feishu.models import SandboxCall
+from feishu.outbound.cards import markdown_card
+from feishu.outbound.sandbox import SANDBOX_CARD_PREFIX, SANDBOX_MESSAGE_PREFIX, SANDBOX_REACTION_PREFIX
+from console.models import CHAT_ID_PREFIX, MESSAGE_ID_PREFIX
 
 pytestmark = pytest.mark.django_db
 

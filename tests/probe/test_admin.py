@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Provider
-from amuxweb.feishu.admin import explain_in_words
-from amuxweb.feishu.explain import ExplainNotFound, wake_explain_data
-from amuxweb.feishu.models import DiscussWake
+from feishu.admin import explain_in_words
+from feishu.explain import ExplainNotFound, wake_explain_data
+from feishu.models import DiscussWake
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory

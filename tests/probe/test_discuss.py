@@ -12,9 +12,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from amuxweb.feishu import discuss
-from amuxweb.feishu.discuss import discuss_wake_fire, discuss_wake_schedule, discuss_wakes_sweep
-from amuxweb.feishu.models import DiscussWake, OutboundDelivery
+from feishu.discuss import wake as discuss
+from feishu.discuss.wake import discuss_wake_fire, discuss_wake_schedule, discuss_wakes_sweep
+from feishu.models import DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.prompts import ACTIVATION_MARKER, activation_contract
 from probe.selectors import failing_closed_bots_list

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from amuxweb.feishu import discuss
-from amuxweb.feishu.discuss import discuss_wakes_sweep
-from amuxweb.feishu.models import DiscussWake, InboundEvent, OutboundDelivery
+from feishu.discuss import wake as discuss
+from feishu.discuss.wake import discuss_wakes_sweep
+from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from tests.feishu.conftest import fixture_payload
 from tests.probe.conftest import stub_base_url
@@ -240,7 +240,7 @@ def test_g4_the_bots_own_delivered_reply_never_wakes_it(feishu, group_bot, llm_s
     feishu.say(group_bot, text="do it", chat_id=PLAIN, mention=[group_bot])
     own_message_id = OutboundDelivery.objects.get().feishu_message_id
     # when: Feishu echoes the bot's own reply back as an event from the app
-    from amuxweb.feishu.signing import message_event_payload
+    from feishu.inbound.signing import message_event_payload
     from tests.feishu.conftest import bot_open_id
 
     echo = message_event_payload(
@@ -275,7 +275,7 @@ def test_g5_reply_mode_mention_overrides_a_discuss_bot(feishu, group_bot):
 
 def test_g5_an_at_all_never_triggers_a_turn_by_default(feishu, group_bot):
     # given: an @all message (Feishu's @_all key)
-    from amuxweb.feishu.signing import message_event_payload
+    from feishu.inbound.signing import message_event_payload
 
     payload = message_event_payload(
         verification_token=group_bot.feishu_verification_token,

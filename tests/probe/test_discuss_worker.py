@@ -6,8 +6,8 @@ import time
 import pytest
 
 from agents.models import Bot, Provider
-from amuxweb.feishu.discuss import discuss_wake_schedule
-from amuxweb.feishu.models import DiscussWake
+from feishu.discuss.wake import discuss_wake_schedule
+from feishu.models import DiscussWake
 from probe.models import ProbeJudgement
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory
 from tests.stubs.llm_servers import StubResponse, openai_chat_body

@@ -2,7 +2,7 @@
 
 `FeishuHarness.post` serializes a dict with ensure_ascii=False, which cannot carry an unpaired surrogate and
 cannot nest a body 1,000 deep without recursing; these helpers sign and encrypt exactly as Feishu does
-(amuxweb.feishu.signing) but take the plaintext as text, so `"\\ud800"` stays a JSON escape on the wire.
+(feishu.inbound.signing) but take the plaintext as text, so `"\\ud800"` stays a JSON escape on the wire.
 """
 
 import json
@@ -13,7 +13,7 @@ from typing import Any
 from django.test import TestCase
 
 from agents.models import Bot
-from amuxweb.feishu.signing import (
+from feishu.inbound.signing import (
     HEADER_NONCE,
     HEADER_SIGNATURE,
     HEADER_TIMESTAMP,

@@ -3,7 +3,7 @@
 The contract: call `context_prompt_prepare` after `thread_event_record_inbound` said `triggers_selector`, submit
 `prepared.prompt` when `prepared.is_submittable`, and after a successful submit call
 `session_binding_mark_topic_root_delivered` when `prepared.topic_root_injected`. The Feishu bridge's group turn
-(`amuxweb.feishu.services.turns.FeishuChannel.prepare`) calls it with a `topic_root_fetch` that reads a root due
+(`feishu.channel.turn_channel.FeishuChannel.prepare`) calls it with a `topic_root_fetch` that reads a root due
 but not stored locally; the seed's acceptance test drives the same function.
 """
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
 from agents.services.threads import message_create
-from amuxweb.text import storable_text
+from core.text import storable_text
 
 logger = logging.getLogger(__name__)
 

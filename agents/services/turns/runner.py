@@ -55,7 +55,7 @@ from agents.services.turns.channels import (
 )
 from agents.tools.loop import model_call
 from agents.tools.turns import ToolServerUnavailableError, turn_tools_run
-from amuxweb.text import storable_text
+from core.text import storable_text
 
 logger = logging.getLogger(__name__)
 

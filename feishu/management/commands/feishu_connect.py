@@ -1,7 +1,7 @@
 """`manage.py feishu_connect [--bot SLUG ...]`: Feishu intake over the long connection (G6).
 
 Supervises one child process per enabled bot whose event mode is "long connection" (see
-amuxweb.feishu.longconn for why one process per app). Runs until SIGTERM or Ctrl-C, which stop every child.
+feishu.inbound.longconn for why one process per app). Runs until SIGTERM or Ctrl-C, which stop every child.
 """
 
 import argparse
@@ -11,7 +11,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from amuxweb.feishu.longconn import (
+from feishu.inbound.longconn import (
     LongConnectionSupervisor,
     child_command_for,
     long_connection_bots_list,

@@ -9,7 +9,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from agents.models import Bot
-from amuxweb.feishu.simulate import (
+from feishu.simulate import (
     DEFAULT_SCRIPT,
     bot_local_credentials_provision,
     conversation_simulate,
@@ -23,7 +23,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="The hub's base URL.")
         parser.add_argument("--bot", required=True, help="Slug of the bot whose webhook receives the events.")
-        parser.add_argument("--script", help="A script file (see amuxweb/feishu/simulate.py); default: a demo.")
+        parser.add_argument("--script", help="A script file (see feishu/simulate.py); default: a demo.")
         parser.add_argument("--chat", default="oc_demo", help="The group chat id (default: the demo workspace's).")
         parser.add_argument("--sender", default="ou_simulated_user", help="The sender's open_id.")
         parser.add_argument("--repeat", type=int, default=1, help="Run the script this many times (new ids each).")

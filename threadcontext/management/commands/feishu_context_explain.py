@@ -3,7 +3,7 @@
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from amuxweb.exceptions import ApplicationError
+from core.exceptions import ApplicationError
 from threadcontext.explain import decision_explain_text
 from threadcontext.selectors import decision_for_explain
 
