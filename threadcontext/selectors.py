@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 
 from core.exceptions import NotFoundError
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
-from threadcontext.selection import (
+from threadcontext.trimming import (
     MODE_OWNER_ONLY,
     MODE_SHARED,
     CandidateItem,

@@ -64,7 +64,7 @@ from feishu.outbound.replies import (
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
-from threadcontext.prompts import prompt_render, request_is_submittable
+from threadcontext.rendering import prompt_render, request_is_submittable
 from threadcontext.selectors import context_item_text_get, topic_root_text_get, workspace_cached_get
 from threadcontext.services import (
     Mention,

@@ -22,8 +22,8 @@ from threadcontext.services import InboundMessage, Mention
 _ids = itertools.count(1)
 
 THREADCONTEXT_MODULES = [
-    "threadcontext.selection",
-    "threadcontext.prompts",
+    "threadcontext.trimming",
+    "threadcontext.rendering",
     "threadcontext.selectors",
     "threadcontext.services.retention",
     "threadcontext.services.collection",

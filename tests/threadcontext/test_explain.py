@@ -14,7 +14,7 @@ from django.urls import reverse
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
 from threadcontext.explain import display_width, text_table
 from threadcontext.models import ThreadContextDecision, Workspace
-from threadcontext.prompts import prompt_render
+from threadcontext.rendering import prompt_render
 from threadcontext.selectors import context_package_build
 from threadcontext.services import (
     context_decision_record,

@@ -9,7 +9,7 @@ import pytest
 from tests.threadcontext.conftest import CHAT_ID, ROOT_ID
 from tests.threadcontext.flows import CODER, PLANNER, answer, post, workspace_for
 from threadcontext.models import SessionBinding, ThreadContextItem
-from threadcontext.prompts import TOPIC_PREAMBLE
+from threadcontext.rendering import TOPIC_PREAMBLE
 from threadcontext.services import (
     context_prompt_prepare,
     session_binding_get_or_create,

@@ -25,7 +25,7 @@ from tests.threadcontext.flows import (
     workspace_for,
 )
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
-from threadcontext.selection import EXCLUDED_OWN_OUTPUT
+from threadcontext.trimming import EXCLUDED_OWN_OUTPUT
 
 pytestmark = pytest.mark.django_db
 

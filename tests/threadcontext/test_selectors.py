@@ -8,7 +8,6 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
-from threadcontext.selection import EXCLUDED_ITEM_LIMIT, EXCLUDED_NOT_IN_MODE, EXCLUDED_OWN_OUTPUT
 from threadcontext.selectors import (
     RULED_OUT_LIMIT,
     context_item_text_get,
@@ -16,6 +15,7 @@ from threadcontext.selectors import (
     topic_root_text_get,
 )
 from threadcontext.services import thread_event_record_agent_output, thread_event_record_inbound
+from threadcontext.trimming import EXCLUDED_ITEM_LIMIT, EXCLUDED_NOT_IN_MODE, EXCLUDED_OWN_OUTPUT
 
 pytestmark = pytest.mark.django_db
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from threadcontext.models import ThreadContextDecision, Workspace
-from threadcontext.prompts import prompt_render, request_is_submittable, topic_root_is_due
-from threadcontext.selection import ContextPackage
+from threadcontext.rendering import prompt_render, request_is_submittable, topic_root_is_due
 from threadcontext.selectors import context_package_build, topic_root_text_get, workspace_settings_resolve
 from threadcontext.services.decisions import context_decision_record
+from threadcontext.trimming import ContextPackage
 
 
 @dataclass(frozen=True)

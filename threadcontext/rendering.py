@@ -17,7 +17,7 @@ line after the seed's lines.
 
 from __future__ import annotations
 
-from threadcontext.selection import ContextPackage
+from threadcontext.trimming import ContextPackage
 
 QUOTED_REPLY_HEADER = "[Amux Feishu Quoted Reply]"
 QUOTED_REPLY_PREAMBLE = (
