@@ -26,6 +26,7 @@ THREADCONTEXT_MODULES = [
     "threadcontext.rendering",
     "threadcontext.selectors",
     "threadcontext.services.retention",
+    "threadcontext.services.event_store",
     "threadcontext.services.collection",
     "threadcontext.services.decisions",
     "threadcontext.services.sessions",
