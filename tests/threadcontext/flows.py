@@ -135,14 +135,16 @@ def turn(
         if not outcome.triggers_selector:
             return None
     return services().context_prompt_prepare(
-        workspace=selectors().workspace_get(bot_profile=to.bot_profile, chat_id=CHAT_ID),
-        bridge_id=to.bridge_id,
-        bot_profile=to.bot_profile,
-        chat_id=CHAT_ID,
-        root_msg_id=root_msg_id,
-        message_id=message_id,
-        request_text=outcome.request_text if outcome else text,
-        is_slash_command=is_slash_command,
+        request=services().ContextRequest(
+            workspace=selectors().workspace_get(bot_profile=to.bot_profile, chat_id=CHAT_ID),
+            bridge_id=to.bridge_id,
+            bot_profile=to.bot_profile,
+            chat_id=CHAT_ID,
+            root_msg_id=root_msg_id,
+            message_id=message_id,
+            request_text=outcome.request_text if outcome else text,
+            is_slash_command=is_slash_command,
+        ),
         topic_root_prompt_delivered=topic_root_prompt_delivered,
     )
 

@@ -10,6 +10,7 @@ from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbou
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.selectors import (
     RULED_OUT_LIMIT,
+    ContextRequest,
     context_item_text_get,
     context_package_build,
     topic_root_text_get,
@@ -31,7 +32,7 @@ def build(workspace: Workspace, bot: dict = CODER, *, message_id: str = "om_requ
         "request_text": "go",
     }
     values.update(overrides)
-    return context_package_build(**values)
+    return context_package_build(request=ContextRequest(**values))
 
 
 def output(bot: dict, message_id: str, text: str, root_msg_id: str = ROOT_ID) -> None:
