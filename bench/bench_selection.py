@@ -83,17 +83,19 @@ def _measure(workspace, root_msg_id: str) -> tuple[float, float, int, int]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from threadcontext.selectors import context_package_build
+    from threadcontext.selectors import ContextRequest, context_package_build
 
     def select():
         return context_package_build(
-            workspace=workspace,
-            bridge_id=CODER_BRIDGE,
-            bot_profile="coder",
-            chat_id=CHAT_ID,
-            root_msg_id=root_msg_id,
-            message_id="om_request",
-            request_text="implement it",
+            request=ContextRequest(
+                workspace=workspace,
+                bridge_id=CODER_BRIDGE,
+                bot_profile="coder",
+                chat_id=CHAT_ID,
+                root_msg_id=root_msg_id,
+                message_id="om_request",
+                request_text="implement it",
+            )
         )
 
     for _ in range(WARMUP_RUNS):

@@ -40,6 +40,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from agents.llm.base import ChatMessage, CompletionResult, LLMClient, LLMError
+from agents.llm.registry import client_for_settings, provider_settings
 from agents.models import Bot, LLMModel, Thread, Turn
 from core.text import storable_text
 from probe.models import ProbeJudgement
@@ -96,9 +97,6 @@ def _judge_client(model: LLMModel) -> LLMClient:
     One judge call is one request: a provider fault fails this judgement closed at once and the discuss wake
     retries later with backoff (P10), instead of the SDK retrying inside a 45 s budget.
     """
-    # Imported here: the registry imports every SDK adapter, which the rest of the gate never needs.
-    from agents.llm.registry import client_for_settings, provider_settings
-
     settings = provider_settings(provider=model.provider)
     settings = replace(settings, timeout_seconds=min(settings.timeout_seconds, PROBE_TIMEOUT_SECONDS), max_retries=0)
     return client_for_settings(settings)

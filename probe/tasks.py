@@ -2,10 +2,10 @@
 
 from celery import shared_task
 
+from probe.services import judgements_prune
+
 
 @shared_task
 def judgements_prune_task() -> int:
     """Daily (CELERY_BEAT_SCHEDULE "probe-judgements-prune"): drop judgements past the 30-day retention."""
-    from probe.services import judgements_prune
-
     return judgements_prune()

@@ -17,7 +17,8 @@ from django.utils.translation import gettext_lazy as _
 from core.admin import AuditAdmin, compact_time, dict_table, explained, list_url, model_names, related_links
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
-from threadcontext.selection import (
+from threadcontext.selectors import workspace_cache_forget
+from threadcontext.trimming import (
     EXCLUDED_CHAR_BUDGET,
     EXCLUDED_CURRENT_REQUEST,
     EXCLUDED_DUPLICATE,
@@ -29,11 +30,10 @@ from threadcontext.selection import (
     MODE_SHARED,
     text_preview,
 )
-from threadcontext.selectors import workspace_cache_forget
 
 ROOT_FILTER_CHOICES = 30
 
-# Each exclusion code of the selector (threadcontext.selection) in an operator's words. not_in_mode covers three
+# Each exclusion code of the selector (threadcontext.trimming) in an operator's words. not_in_mode covers three
 # different causes; `exclusion_explained` tells them apart from the decision's diagnostics and mode.
 EXCLUSION_SENTENCES = {
     EXCLUDED_OWN_OUTPUT: _("This bot's own earlier reply: a bot is never fed its own output."),

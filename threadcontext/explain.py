@@ -11,8 +11,8 @@ import unicodedata
 from datetime import datetime
 
 from threadcontext.models import ThreadContextDecision, ThreadEvent
-from threadcontext.selection import text_preview
 from threadcontext.services.recall import RECALLED_KEY
+from threadcontext.trimming import text_preview
 
 PREVIEW_WIDTH = 60
 RECALLED_LIMIT = 20

@@ -4,6 +4,7 @@ Bots are referred to by plain identifiers (bot_profile = the bot's slug, bridge_
 as the seed's store does, so this app never imports `agents`.
 """
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -67,8 +68,6 @@ class Workspace(models.Model):
         return self.name or self.chat_id
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
         ids = self.allowed_open_ids
         if not isinstance(ids, list) or not all(isinstance(value, str) and value.strip() for value in ids):
             raise ValidationError({"allowed_open_ids": 'A JSON list of open ids, e.g. ["ou_1234"]; [] for everyone.'})

@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 
 from core.exceptions import NotFoundError
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
-from threadcontext.selection import (
+from threadcontext.trimming import (
     MODE_OWNER_ONLY,
     MODE_SHARED,
     CandidateItem,
@@ -189,47 +189,58 @@ def context_candidates_load(
     return candidates
 
 
-def context_package_build(
-    *,
-    workspace: Workspace | None,
-    bridge_id: str,
-    bot_profile: str,
-    chat_id: str,
-    root_msg_id: str,
-    message_id: str,
-    request_text: str,
-    is_slash_command: bool = False,
-    target_id: str = "",
-    max_chars: int | None = None,
-) -> ContextPackage:
+@dataclass(frozen=True)
+class ContextRequest:
+    """One request in one Feishu thread, as the bot answering it sees it: what both the selector
+    (`context_package_build`) and the turn's prompt (`services.context_prompt_prepare`) are asked about.
+
+    Not `trimming.SelectionRequest`, the pure selector's input, which is derived from this and the workspace.
+    """
+
+    workspace: Workspace | None
+    bridge_id: str
+    bot_profile: str
+    chat_id: str
+    root_msg_id: str
+    message_id: str
+    request_text: str
+    is_slash_command: bool = False
+    target_id: str = ""
+
+
+def context_package_build(*, request: ContextRequest, max_chars: int | None = None) -> ContextPackage:
     """C5: load one thread's candidates (one query) and select this request's context deterministically.
 
     A slash command still reads (constant query count; explain shows what it would have carried) and selects
     nothing. A disabled shared thread context (workspace override, else AMUX_FEISHU_SHARED_THREAD_ENABLED) selects
     nothing either, each candidate excluded as not_in_mode.
     """
-    effective = workspace_settings_resolve(workspace=workspace)
+    effective = workspace_settings_resolve(workspace=request.workspace)
     mode = str(effective.mode) if effective.mode in (MODE_SHARED, MODE_OWNER_ONLY) else MODE_SHARED
-    request = SelectionRequest(
-        bridge_id=bridge_id,
-        bot_profile=bot_profile,
+    selection_request = SelectionRequest(
+        bridge_id=request.bridge_id,
+        bot_profile=request.bot_profile,
         mode=mode,
         item_limit=effective.thread_context_limit,
         max_chars=settings.AMUX_MAX_CONTEXT_CHARS if max_chars is None else max_chars,
-        is_slash_command=is_slash_command,
-        message_id=message_id,
+        is_slash_command=request.is_slash_command,
+        message_id=request.message_id,
         thread_context_enabled=effective.shared_thread_enabled and not effective.is_group_scope,
     )
     candidates = context_candidates_load(
-        bridge_id=bridge_id, mode=mode, chat_id=chat_id, root_msg_id=root_msg_id, item_limit=request.item_limit
+        bridge_id=request.bridge_id,
+        mode=mode,
+        chat_id=request.chat_id,
+        root_msg_id=request.root_msg_id,
+        item_limit=selection_request.item_limit,
     )
     return select_context(
         candidates=candidates,
-        request=request,
-        chat_id=chat_id,
-        root_msg_id=root_msg_id,
-        request_text=request_text,
-        target_id=target_id,
+        request=selection_request,
+        chat_id=request.chat_id,
+        root_msg_id=request.root_msg_id,
+        request_text=request.request_text,
+        target_id=request.target_id,
     )
 
 

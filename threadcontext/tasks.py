@@ -2,10 +2,10 @@
 
 from celery import shared_task
 
+from threadcontext.services import retention
+
 
 @shared_task(name="threadcontext.tasks.thread_context_prune")
 def thread_context_prune() -> dict:
-    from threadcontext.services.retention import thread_context_prune as prune
-
-    result = prune()
+    result = retention.thread_context_prune()
     return {"events": result.events, "items": result.items, "decisions": result.decisions}

@@ -64,9 +64,10 @@ from feishu.outbound.replies import (
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
-from threadcontext.prompts import prompt_render, request_is_submittable
+from threadcontext.rendering import prompt_render, request_is_submittable
 from threadcontext.selectors import context_item_text_get, topic_root_text_get, workspace_cached_get
 from threadcontext.services import (
+    ContextRequest,
     Mention,
     context_prompt_prepare,
     normalise_mentions,
@@ -229,14 +230,16 @@ class FeishuChannel(TurnChannel):
         # The one place a group turn's context is selected, rendered and recorded (C5, C7-C11); whether the root is
         # due is threadcontext's rule, and it asks for the online read only then.
         prepared = context_prompt_prepare(
-            # The workspace as routing saw it a moment ago (cached, invalidated on every write; issue 11).
-            workspace=workspace_cached_get(bot_profile=bot.slug, chat_id=parsed.chat_id),
-            bridge_id=bot.bridge_id,
-            bot_profile=bot.slug,
-            chat_id=parsed.chat_id,
-            root_msg_id=parsed.root_msg_id,
-            message_id=parsed.message_id,
-            request_text=request_text,
+            request=ContextRequest(
+                # The workspace as routing saw it a moment ago (cached, invalidated on every write; issue 11).
+                workspace=workspace_cached_get(bot_profile=bot.slug, chat_id=parsed.chat_id),
+                bridge_id=bot.bridge_id,
+                bot_profile=bot.slug,
+                chat_id=parsed.chat_id,
+                root_msg_id=parsed.root_msg_id,
+                message_id=parsed.message_id,
+                request_text=request_text,
+            ),
             topic_root_prompt_delivered=binding.topic_root_prompt_delivered if binding is not None else True,
             quoted_text=quoted_text,
             quoted_message_id=parsed.parent_id,

@@ -113,7 +113,7 @@ def _echo(*contents: str) -> str:
 
 
 def test_the_echo_of_a_wrapped_prompt_is_the_user_request_alone():
-    from threadcontext.prompts import quoted_reply_wrap, thread_mode_wrap, topic_wrap
+    from threadcontext.rendering import quoted_reply_wrap, thread_mode_wrap, topic_wrap
 
     # given: the bridge's three wrappers, nested as the renderer nests them
     prompt = quoted_reply_wrap(

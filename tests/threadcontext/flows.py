@@ -22,10 +22,11 @@ from threadcontext.services import InboundMessage, Mention
 _ids = itertools.count(1)
 
 THREADCONTEXT_MODULES = [
-    "threadcontext.selection",
-    "threadcontext.prompts",
+    "threadcontext.trimming",
+    "threadcontext.rendering",
     "threadcontext.selectors",
     "threadcontext.services.retention",
+    "threadcontext.services.event_store",
     "threadcontext.services.collection",
     "threadcontext.services.decisions",
     "threadcontext.services.sessions",
@@ -134,14 +135,16 @@ def turn(
         if not outcome.triggers_selector:
             return None
     return services().context_prompt_prepare(
-        workspace=selectors().workspace_get(bot_profile=to.bot_profile, chat_id=CHAT_ID),
-        bridge_id=to.bridge_id,
-        bot_profile=to.bot_profile,
-        chat_id=CHAT_ID,
-        root_msg_id=root_msg_id,
-        message_id=message_id,
-        request_text=outcome.request_text if outcome else text,
-        is_slash_command=is_slash_command,
+        request=services().ContextRequest(
+            workspace=selectors().workspace_get(bot_profile=to.bot_profile, chat_id=CHAT_ID),
+            bridge_id=to.bridge_id,
+            bot_profile=to.bot_profile,
+            chat_id=CHAT_ID,
+            root_msg_id=root_msg_id,
+            message_id=message_id,
+            request_text=outcome.request_text if outcome else text,
+            is_slash_command=is_slash_command,
+        ),
         topic_root_prompt_delivered=topic_root_prompt_delivered,
     )
 

@@ -14,8 +14,8 @@ from django.urls import reverse
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
 from threadcontext.explain import display_width, text_table
 from threadcontext.models import ThreadContextDecision, Workspace
-from threadcontext.prompts import prompt_render
-from threadcontext.selectors import context_package_build
+from threadcontext.rendering import prompt_render
+from threadcontext.selectors import ContextRequest, context_package_build
 from threadcontext.services import (
     context_decision_record,
     thread_event_record_agent_output,
@@ -32,13 +32,15 @@ def decide(bot: dict, request_text: str, *, message_id: str, workspace=None) -> 
         message=inbound(bot, request_text, message_id=message_id, addressed=True), workspace=workspace
     )
     package = context_package_build(
-        workspace=workspace,
-        bridge_id=bot["bridge_id"],
-        bot_profile=bot["bot_profile"],
-        chat_id=CHAT_ID,
-        root_msg_id=ROOT_ID,
-        message_id=message_id,
-        request_text=outcome.request_text,
+        request=ContextRequest(
+            workspace=workspace,
+            bridge_id=bot["bridge_id"],
+            bot_profile=bot["bot_profile"],
+            chat_id=CHAT_ID,
+            root_msg_id=ROOT_ID,
+            message_id=message_id,
+            request_text=outcome.request_text,
+        )
     )
     prompt = prompt_render(request_text=outcome.request_text, package=package)
     return context_decision_record(package=package, prompt_preview=prompt)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -9,8 +10,9 @@ import pytest
 from tests.threadcontext.conftest import CHAT_ID, ROOT_ID
 from tests.threadcontext.flows import CODER, PLANNER, answer, post, workspace_for
 from threadcontext.models import SessionBinding, ThreadContextItem
-from threadcontext.prompts import TOPIC_PREAMBLE
+from threadcontext.rendering import TOPIC_PREAMBLE
 from threadcontext.services import (
+    ContextRequest,
     context_prompt_prepare,
     session_binding_get_or_create,
     session_binding_mark_topic_root_delivered,
@@ -36,7 +38,12 @@ def prepare(request_text: str, *, message_id: str = "om_req", binding: SessionBi
         "topic_root_prompt_delivered": binding.topic_root_prompt_delivered if binding else False,
     }
     values.update(overrides)
-    return context_prompt_prepare(**values)
+    # The fields of the request go in its ContextRequest, the rest (the root's and the quote's) beside it.
+    request_fields = {field.name for field in dataclasses.fields(ContextRequest)}
+    request = ContextRequest(**{name: value for name, value in values.items() if name in request_fields})
+    return context_prompt_prepare(
+        request=request, **{name: value for name, value in values.items() if name not in request_fields}
+    )
 
 
 def binding_now() -> SessionBinding:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from threadcontext.prompts import (
+from threadcontext.rendering import (
     QUOTED_REPLY_MAX_RUNES,
     QUOTED_TRUNCATION_MARKER,
     prompt_render,
@@ -10,7 +10,7 @@ from threadcontext.prompts import (
     request_is_submittable,
     topic_root_is_due,
 )
-from threadcontext.selection import (
+from threadcontext.trimming import (
     ITEM_AGENT_OUTPUT,
     ITEM_TOPIC_ROOT,
     CandidateItem,

@@ -25,7 +25,7 @@ from tests.threadcontext.flows import (
     workspace_for,
 )
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
-from threadcontext.selection import EXCLUDED_OWN_OUTPUT
+from threadcontext.trimming import EXCLUDED_OWN_OUTPUT
 
 pytestmark = pytest.mark.django_db
 
@@ -170,13 +170,15 @@ def test_unit_trimming_under_token_and_item_limits_is_stable():
     assert lines(grown) == ["Alice: m3", "Alice: m4", "Alice: m5"]
     # and the char budget trims the same way
     package = selectors().context_package_build(
-        workspace=selectors().workspace_get(bot_profile="coder", chat_id=CHAT_ID),
-        bridge_id=CODER.bridge_id,
-        bot_profile="coder",
-        chat_id=CHAT_ID,
-        root_msg_id=ROOT_ID,
-        message_id="om_x",
-        request_text="go",
+        request=selectors().ContextRequest(
+            workspace=selectors().workspace_get(bot_profile="coder", chat_id=CHAT_ID),
+            bridge_id=CODER.bridge_id,
+            bot_profile="coder",
+            chat_id=CHAT_ID,
+            root_msg_id=ROOT_ID,
+            message_id="om_x",
+            request_text="go",
+        ),
         max_chars=2 * len("Alice: m5\n"),
     )
     assert [item.line for item in package.selected] == ["Alice: m4", "Alice: m5"]

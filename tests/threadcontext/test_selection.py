@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from threadcontext.selection import (
+from threadcontext.trimming import (
     EXCLUDED_CHAR_BUDGET,
     EXCLUDED_CURRENT_REQUEST,
     EXCLUDED_DUPLICATE,

@@ -8,14 +8,15 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
-from threadcontext.selection import EXCLUDED_ITEM_LIMIT, EXCLUDED_NOT_IN_MODE, EXCLUDED_OWN_OUTPUT
 from threadcontext.selectors import (
     RULED_OUT_LIMIT,
+    ContextRequest,
     context_item_text_get,
     context_package_build,
     topic_root_text_get,
 )
 from threadcontext.services import thread_event_record_agent_output, thread_event_record_inbound
+from threadcontext.trimming import EXCLUDED_ITEM_LIMIT, EXCLUDED_NOT_IN_MODE, EXCLUDED_OWN_OUTPUT
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +32,7 @@ def build(workspace: Workspace, bot: dict = CODER, *, message_id: str = "om_requ
         "request_text": "go",
     }
     values.update(overrides)
-    return context_package_build(**values)
+    return context_package_build(request=ContextRequest(**values))
 
 
 def output(bot: dict, message_id: str, text: str, root_msg_id: str = ROOT_ID) -> None:

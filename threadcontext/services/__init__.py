@@ -3,6 +3,7 @@
 from threadcontext.services import InboundMessage, Mention, thread_event_record_inbound, ...
 """
 
+from threadcontext.selectors import ContextRequest
 from threadcontext.services.collection import (
     CHAT_TYPE_GROUP,
     CHAT_TYPE_P2P,
@@ -68,6 +69,7 @@ __all__ = [
     "SKIP_OWN_ECHO",
     "SKIP_OWNER_ONLY_DISCUSSION",
     "SKIP_SLASH_COMMAND",
+    "ContextRequest",
     "InboundMessage",
     "Mention",
     "PreparedPrompt",

@@ -1,9 +1,9 @@
 """The collector (seed 002 "采集规则", ARCHITECTURE C2-C4, C6): what the Feishu bridge and the turn record.
 
 The bridge fills an `InboundMessage` per Feishu message and calls `thread_event_record_inbound`; the turn calls
-`thread_event_record_agent_output` with each round's final aggregated output. Every write is idempotent on the
-(bridge_id, message_id, event_type) unique constraint (an INSERT ... ON CONFLICT DO NOTHING, the row read only when
-it was there already), so a redelivered Feishu event or a re-run task never records twice.
+`thread_event_record_agent_output` with each round's final aggregated output. Every write goes through
+`event_store.thread_event_insert_once`, idempotent on the (bridge_id, message_id, event_type) unique constraint, so
+a redelivered Feishu event or a re-run task never records twice.
 
 What is never collected (C3) is refused here by type and flag, not left to the caller's discipline: DMs, the bot's
 own echoed messages, non-message payloads (reactions, streaming chunks, tool activity, permission cards) and
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection, transaction
 
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
+from threadcontext.services.event_store import thread_event_insert_once
 from threadcontext.services.retention import thread_context_prune_if_due
 
 logger = logging.getLogger(__name__)
@@ -143,130 +143,29 @@ def secrets_redact(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-def _token_estimate(text: str) -> int:
-    # No tokenizer (the seed budgets in characters); a rough 4-chars-per-token figure for the item row.
-    return (len(text) + 3) // 4
-
-
-def _insert_columns(instance: ThreadEvent | ThreadContextItem) -> tuple[list[str], list]:
-    """(quoted columns, database values) of an unsaved row, as Model.save() would insert them (auto_now_add too)."""
-    fields = [field for field in instance._meta.concrete_fields if not field.primary_key]
-    quote = connection.ops.quote_name
-    return (
-        [quote(field.column) for field in fields],
-        [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields],
-    )
-
-
-def _event_insert_unless_recorded(*, event: ThreadEvent, item: ThreadContextItem | None) -> ThreadEvent | None:
-    """INSERT the event unless (bridge_id, message_id, event_type) is recorded already: the stored row, or None.
-
-    ON CONFLICT DO NOTHING instead of an INSERT that fails: no savepoint to roll back to (issue 11: two round
-    trips fewer per message on PostgreSQL). On PostgreSQL the item rides in the same statement (a data-modifying
-    CTE inserts it from the new event's row, so it exists exactly when the event was new); SQLite has no DML in
-    a CTE, and the caller inserts it next, in the same transaction.
-    """
-    quote = connection.ops.quote_name
-    event_table = quote(ThreadEvent._meta.db_table)
-    columns, params = _insert_columns(event)
-    conflict = "ON CONFLICT (bridge_id, message_id, event_type) DO NOTHING"
-    returning = ", ".join(quote(field.column) for field in ThreadEvent._meta.concrete_fields)
-    insert = f"INSERT INTO {event_table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) {conflict}"
-    if item is None or connection.vendor != "postgresql":
-        rows = list(ThreadEvent.objects.raw(f"{insert} RETURNING {returning}", params))
-        return rows[0] if rows else None
-    item.event_id = 0  # a placeholder: the statement takes the id from the new event's row
-    item_columns, item_params = _insert_columns(item)
-    event_id_column = quote("event_id")
-    index = item_columns.index(event_id_column)
-    del item_params[index]
-    values = [("new_event.id" if column == event_id_column else "%s") for column in item_columns]
-    sql = (
-        f"WITH new_event AS ({insert} RETURNING {returning}),"
-        f" new_item AS (INSERT INTO {quote(ThreadContextItem._meta.db_table)} ({', '.join(item_columns)})"
-        f" SELECT {', '.join(values)} FROM new_event)"
-        f" SELECT {returning} FROM new_event"
-    )
-    rows = list(ThreadEvent.objects.raw(sql, params + item_params))
-    return rows[0] if rows else None
-
-
-def _event_record(
-    *,
-    bridge_id: str,
-    message_id: str,
-    event_type: str,
-    defaults: dict,
-    item: dict | None,
-) -> tuple[ThreadEvent, bool]:
-    """Insert on the unique (bridge_id, message_id, event_type), read the row only when it exists already; the item
-    is written with a new event only.
-
-    Insert first (issue 11): a new message, the common case, costs one statement on PostgreSQL (the event and its
-    item together) and two on SQLite, where get_or_create read first and a duplicate needed a savepoint.
-    """
-    event = ThreadEvent(bridge_id=bridge_id, message_id=message_id, event_type=event_type, **defaults)
-    new_item = None
-    if item is not None:
-        new_item = ThreadContextItem(
-            chat_id=event.chat_id,
-            root_msg_id=event.root_msg_id,
-            bridge_id=event.bridge_id,
-            message_id=event.message_id,
-            token_estimate=_token_estimate(item["text"]),
-            **item,
-        )
-    if connection.vendor == "postgresql":  # one statement: atomic without a transaction of its own
-        stored = _event_insert_unless_recorded(event=event, item=new_item)
-    else:
-        with transaction.atomic():
-            stored = _event_insert_unless_recorded(event=event, item=new_item)
-            if stored is not None and new_item is not None:
-                new_item.event = stored
-                new_item.save(force_insert=True)
-    if stored is None:
-        return ThreadEvent.objects.get(bridge_id=bridge_id, message_id=message_id, event_type=event_type), False
-    return stored, True
-
-
-def thread_event_record_inbound(
-    *, message: InboundMessage, workspace: Workspace | None, secrets: Sequence[str] = ()
-) -> RecordOutcome:
-    """C2: record topic_root / human_message / user_request for one inbound group message, per the workspace mode.
-
-    shared: a topic root's plain text -> topic_root (real actor_type); un-@ text -> human_message; @this bot ->
-    user_request (the caller then runs the selector). owner_only: topic_root recorded; un-@ text never; @this bot
-    -> user_request only from the workspace owner. A topic root that @s the bot is both topic_root and
-    user_request (the selector then excludes it as the current request).
-    """
+def _refusal_reason(*, message: InboundMessage, workspace: Workspace | None) -> str:
+    """C3: why this message is never collected (a SKIP_* constant), or "" when the mode decides what to record."""
     if message.chat_type != CHAT_TYPE_GROUP:
-        return RecordOutcome(skipped_reason=SKIP_DIRECT_MESSAGE)
+        return SKIP_DIRECT_MESSAGE
     if message.is_own_echo:
-        return RecordOutcome(skipped_reason=SKIP_OWN_ECHO)
+        return SKIP_OWN_ECHO
     if message.message_type not in COLLECTED_MESSAGE_TYPES:
-        return RecordOutcome(skipped_reason=SKIP_NOT_COLLECTED_TYPE)
+        return SKIP_NOT_COLLECTED_TYPE
     if workspace is None:
-        return RecordOutcome(skipped_reason=SKIP_NO_WORKSPACE)
+        return SKIP_NO_WORKSPACE
     if message.is_slash_command:
         # The seed reserves the `command` event type but records no slash command; neither do we.
-        return RecordOutcome(skipped_reason=SKIP_SLASH_COMMAND)
+        return SKIP_SLASH_COMMAND
+    return ""
 
-    text = secrets_redact(normalise_mentions(message.text, message.mentions), secrets)
-    root_msg_id = message.effective_root_msg_id
-    common = {
-        "source": message.source,
-        "chat_id": message.chat_id,
-        "root_msg_id": root_msg_id,
-        "thread_id": message.thread_id,
-        "actor_type": message.sender_type,
-        "actor_id": message.sender_id,
-        "bot_profile": message.bot_profile,
-        "text": text,
-        "metadata": {"sender_name": message.sender_name} if message.sender_name else {},
-    }
-    label = message.sender_name or message.sender_id
 
-    plan: list[tuple[str, str | None]] = []  # (event_type, item_type or None)
+# One event to write: its type, and the type of the context item written with it (None: the event has no item).
+PlannedEvent = tuple[str, str | None]
+
+
+def _inbound_plan(*, message: InboundMessage, workspace: Workspace, text: str) -> tuple[list[PlannedEvent], str]:
+    """C2: the events this message gets under the workspace mode, and why (part of) it gets none ("" if it all does)."""
+    plan: list[PlannedEvent] = []
     skipped_reason = ""
     if message.is_topic_root and text:
         plan.append((ThreadEvent.EventType.TOPIC_ROOT, ThreadContextItem.ItemType.TOPIC_ROOT))
@@ -286,30 +185,68 @@ def thread_event_record_inbound(
             skipped_reason = SKIP_EMPTY
         else:
             plan.append((ThreadEvent.EventType.HUMAN_MESSAGE, ThreadContextItem.ItemType.HUMAN_MESSAGE))
+    return plan, skipped_reason
 
+
+def _inbound_plan_write(
+    *, message: InboundMessage, text: str, plan: list[PlannedEvent]
+) -> tuple[list[ThreadEvent], list[str]]:
+    """Write each planned event once: (the stored events, new or already there; the types this call created)."""
+    fields = {
+        "source": message.source,
+        "chat_id": message.chat_id,
+        "root_msg_id": message.effective_root_msg_id,
+        "thread_id": message.thread_id,
+        "actor_type": message.sender_type,
+        "actor_id": message.sender_id,
+        "bot_profile": message.bot_profile,
+        "text": text,
+        "metadata": {"sender_name": message.sender_name} if message.sender_name else {},
+    }
+    label = message.sender_name or message.sender_id
     events: list[ThreadEvent] = []
     created_types: list[str] = []
     for event_type, item_type in plan:
         item = None
         if item_type is not None:
             item = {"item_type": item_type, "role": message.sender_type, "author_label": label, "text": text}
-        event, created = _event_record(
+        event, created = thread_event_insert_once(
             bridge_id=message.bridge_id,
             message_id=message.message_id,
             event_type=event_type,
-            defaults=common,
+            defaults=fields,
             item=item,
         )
         events.append(event)
         if created:
             created_types.append(str(event_type))
+    return events, created_types
+
+
+def thread_event_record_inbound(
+    *, message: InboundMessage, workspace: Workspace | None, secrets: Sequence[str] = ()
+) -> RecordOutcome:
+    """C2: record topic_root / human_message / user_request for one inbound group message, per the workspace mode.
+
+    shared: a topic root's plain text -> topic_root (real actor_type); un-@ text -> human_message; @this bot ->
+    user_request (the caller then runs the selector). owner_only: topic_root recorded; un-@ text never; @this bot
+    -> user_request only from the workspace owner. A topic root that @s the bot is both topic_root and
+    user_request (the selector then excludes it as the current request).
+    """
+    refusal = _refusal_reason(message=message, workspace=workspace)
+    if refusal:
+        return RecordOutcome(skipped_reason=refusal)
+    assert workspace is not None  # no workspace is a refusal
+    text = secrets_redact(normalise_mentions(message.text, message.mentions), secrets)
+    plan, skipped_reason = _inbound_plan(message=message, workspace=workspace, text=text)
+    events, created_types = _inbound_plan_write(message=message, text=text, plan=plan)
     if created_types:
         logger.info(
             "thread context recorded",
             extra={
                 "bridge_id": message.bridge_id,
                 "chat_id": message.chat_id,
-                "root_msg_id": root_msg_id,
+                "root_msg_id": message.effective_root_msg_id,
                 "message_id": message.message_id,
                 "event_types": created_types,
             },
@@ -351,7 +288,7 @@ def thread_event_record_topic_root(
     clean = secrets_redact(normalise_mentions(text, mentions), secrets)
     if not clean:
         return None, False
-    event, created = _event_record(
+    event, created = thread_event_insert_once(
         bridge_id=bridge_id,
         message_id=root_msg_id,
         event_type=ThreadEvent.EventType.TOPIC_ROOT,
@@ -414,7 +351,7 @@ def thread_event_record_agent_output(
     if truncated:
         metadata = {TRUNCATED_KEY: True, "original_chars": len(clean)}
     label = f"{bot_profile}/{session_name}" if session_name else bot_profile
-    event, created = _event_record(
+    event, created = thread_event_insert_once(
         bridge_id=bridge_id,
         message_id=message_id,
         event_type=ThreadEvent.EventType.AGENT_OUTPUT,

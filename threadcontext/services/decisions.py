@@ -6,7 +6,7 @@ import logging
 from dataclasses import asdict
 
 from threadcontext.models import ThreadContextDecision
-from threadcontext.selection import ContextPackage
+from threadcontext.trimming import ContextPackage
 
 logger = logging.getLogger(__name__)
 

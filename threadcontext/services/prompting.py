@@ -12,11 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from threadcontext.models import ThreadContextDecision, Workspace
-from threadcontext.prompts import prompt_render, request_is_submittable, topic_root_is_due
-from threadcontext.selection import ContextPackage
-from threadcontext.selectors import context_package_build, topic_root_text_get, workspace_settings_resolve
+from threadcontext.models import ThreadContextDecision
+from threadcontext.rendering import prompt_render, request_is_submittable, topic_root_is_due
+from threadcontext.selectors import (
+    ContextRequest,
+    context_package_build,
+    topic_root_text_get,
+    workspace_settings_resolve,
+)
 from threadcontext.services.decisions import context_decision_record
+from threadcontext.trimming import ContextPackage
 
 
 @dataclass(frozen=True)
@@ -35,23 +40,16 @@ class PreparedPrompt:
 
 def context_prompt_prepare(
     *,
-    workspace: Workspace | None,
-    bridge_id: str,
-    bot_profile: str,
-    chat_id: str,
-    root_msg_id: str,
-    message_id: str,
-    request_text: str,
-    is_slash_command: bool = False,
+    request: ContextRequest,
     topic_root_prompt_delivered: bool = False,
     topic_root_text: str | None = None,
     quoted_text: str | None = None,
     quoted_message_id: str = "",
-    target_id: str = "",
     topic_root_fetch: Callable[[], str | None] | None = None,
 ) -> PreparedPrompt:
     """Build this turn's prompt from the stored thread context and record the decision with its preview.
 
+    request: the request and its thread, the same the selector is given (`context_package_build`).
     topic_root_prompt_delivered: the session binding's flag (a new session starts with False).
     topic_root_text: the root's text when the caller already has it (e.g. fetched online); otherwise it is read
         from the local store when due.
@@ -63,32 +61,23 @@ def context_prompt_prepare(
         bridge reads it online and records it); None when the read failed: the prompt goes without the root and
         `topic_root_injected` stays False, so the root is due again next time (C8).
     """
-    effective = workspace_settings_resolve(workspace=workspace)
+    effective = workspace_settings_resolve(workspace=request.workspace)
+    is_slash_command, request_text = request.is_slash_command, request.request_text
     root_due = not is_slash_command and topic_root_is_due(
         topic_root_enabled=effective.topic_root_enabled,
         topic_root_prompt_delivered=topic_root_prompt_delivered,
         is_group_scope=effective.is_group_scope,
     )
-    root_is_request = message_id == root_msg_id
-    quoting_the_root = quoted_text is not None and bool(quoted_message_id) and quoted_message_id == root_msg_id
+    root_is_request = request.message_id == request.root_msg_id
+    quoting_the_root = quoted_text is not None and bool(quoted_message_id) and quoted_message_id == request.root_msg_id
     root_text = None
     if root_due and not root_is_request and not quoting_the_root:
         root_text = topic_root_text or topic_root_text_get(
-            bridge_id=bridge_id, chat_id=chat_id, root_msg_id=root_msg_id
+            bridge_id=request.bridge_id, chat_id=request.chat_id, root_msg_id=request.root_msg_id
         )
         if not root_text and topic_root_fetch is not None:
             root_text = topic_root_fetch()
-    package = context_package_build(
-        workspace=workspace,
-        bridge_id=bridge_id,
-        bot_profile=bot_profile,
-        chat_id=chat_id,
-        root_msg_id=root_msg_id,
-        message_id=message_id,
-        request_text=request_text,
-        is_slash_command=is_slash_command,
-        target_id=target_id,
-    )
+    package = context_package_build(request=request)
     if is_slash_command:
         prompt = request_text  # a command is handled, never submitted with context
     else:

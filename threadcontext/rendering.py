@@ -1,5 +1,7 @@
 """The Feishu prompt renderer (seed 002 "Prompt 注入", ARCHITECTURE C7-C10): pure functions, no ORM.
 
+`threadcontext.services.prompting` (the turn's one call) renders through it and records the decision.
+
 Nesting, outermost first: `[Amux Feishu Quoted Reply]` ⊃ `[Amux Feishu Topic]` ⊃ `[Amux Feishu Thread Mode]` ⊃ the
 user request. Each layer appears only when it has something to say:
 - quoted reply: the caller read the replied-to message (C7); its text is capped at 12000 runes including the marker;
@@ -17,7 +19,7 @@ line after the seed's lines.
 
 from __future__ import annotations
 
-from threadcontext.selection import ContextPackage
+from threadcontext.trimming import ContextPackage
 
 QUOTED_REPLY_HEADER = "[Amux Feishu Quoted Reply]"
 QUOTED_REPLY_PREAMBLE = (

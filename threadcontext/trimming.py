@@ -1,4 +1,6 @@
-"""The deterministic context selector (seed 002 "选择规则", ARCHITECTURE C5): pure functions, no ORM, no LLM.
+"""The context selector's rules and trimming (seed 002 "选择规则", ARCHITECTURE C5): pure functions, no ORM, no LLM.
+
+`threadcontext.selectors.context_package_build` loads one thread's candidates from the store and calls this.
 
 `select_context` takes candidate items (any order), the current bot's identity, the workspace mode and the two
 limits, and returns a `ContextPackage`: the selected items oldest to newest with their source labels, every
@@ -178,18 +180,10 @@ def _rule_exclusion(item: CandidateItem, request: SelectionRequest) -> str | Non
     return None
 
 
-def select_context(
-    *,
-    candidates: Iterable[CandidateItem],
-    request: SelectionRequest,
-    chat_id: str = "",
-    root_msg_id: str = "",
-    request_text: str = "",
-    target_id: str = "",
-) -> ContextPackage:
-    """Choose the context for one request. Deterministic: same candidates and request, same package."""
-    ordered = sorted(candidates, key=lambda item: item.id)
-    excluded: dict[int, ExcludedItem] = {}
+def _eligible_newest_first(
+    *, ordered: list[CandidateItem], request: SelectionRequest, excluded: dict[int, ExcludedItem]
+) -> list[CandidateItem]:
+    """The candidates the rules allow, newest first; every other one goes into `excluded` with its reason."""
     eligible: list[CandidateItem] = []
     seen_messages: set[str] = set()
     # Walk newest first so that, among copies of one Feishu message, the newest-written copy wins.
@@ -202,24 +196,32 @@ def select_context(
             continue
         if item.message_id:
             seen_messages.add(item.message_id)
-        eligible.append(item)  # newest first
+        eligible.append(item)
+    return eligible
 
-    selected_newest_first: list[CandidateItem] = []
+
+def _trim_to_limits(
+    *, eligible_newest_first: list[CandidateItem], request: SelectionRequest, excluded: dict[int, ExcludedItem]
+) -> tuple[SelectedItem, ...]:
+    """The newest contiguous run that fits both limits, oldest first; the rest go into `excluded`.
+
+    Once one item does not fit, every older one is trimmed with the same reason: the selection stays a suffix.
+    """
+    kept_newest_first: list[CandidateItem] = []
     used_chars = 0
     trim_reason: str | None = None
-    for item in eligible:
+    for item in eligible_newest_first:
         if trim_reason is None:
-            if len(selected_newest_first) >= request.item_limit:
+            if len(kept_newest_first) >= request.item_limit:
                 trim_reason = EXCLUDED_ITEM_LIMIT
             elif used_chars + item.chars > request.max_chars:
                 trim_reason = EXCLUDED_CHAR_BUDGET
         if trim_reason is not None:
             excluded[item.id] = _excluded(item, trim_reason)
             continue
-        selected_newest_first.append(item)
+        kept_newest_first.append(item)
         used_chars += item.chars
-
-    selected = tuple(
+    return tuple(
         SelectedItem(
             id=item.id,
             item_type=item.item_type,
@@ -228,17 +230,27 @@ def select_context(
             chars=item.chars,
             truncated=item.truncated,
         )
-        for item in reversed(selected_newest_first)
+        for item in reversed(kept_newest_first)
     )
-    excluded_items = tuple(excluded[item_id] for item_id in sorted(excluded))
+
+
+def _diagnostics(
+    *,
+    request: SelectionRequest,
+    candidate_count: int,
+    eligible_count: int,
+    selected: tuple[SelectedItem, ...],
+    excluded: tuple[ExcludedItem, ...],
+) -> dict:
+    """The counts explain and the decision record show next to the lists."""
     reason_counts: dict[str, int] = {}
-    for item in excluded_items:
+    for item in excluded:
         reason_counts[item.reason] = reason_counts.get(item.reason, 0) + 1
-    diagnostics = {
-        "candidates": len(ordered),
-        "eligible": len(eligible),
+    return {
+        "candidates": candidate_count,
+        "eligible": eligible_count,
         "selected": len(selected),
-        "excluded": len(excluded_items),
+        "excluded": len(excluded),
         "excluded_by_reason": reason_counts,
         "context_chars": len("\n".join(item.line for item in selected)),
         "item_limit": request.item_limit,
@@ -249,6 +261,23 @@ def select_context(
         "thread_context_enabled": request.thread_context_enabled,
         "is_slash_command": request.is_slash_command,
     }
+
+
+def select_context(
+    *,
+    candidates: Iterable[CandidateItem],
+    request: SelectionRequest,
+    chat_id: str = "",
+    root_msg_id: str = "",
+    request_text: str = "",
+    target_id: str = "",
+) -> ContextPackage:
+    """Choose the context for one request. Deterministic: same candidates and request, same package."""
+    ordered = sorted(candidates, key=lambda item: item.id)
+    excluded: dict[int, ExcludedItem] = {}
+    eligible = _eligible_newest_first(ordered=ordered, request=request, excluded=excluded)
+    selected = _trim_to_limits(eligible_newest_first=eligible, request=request, excluded=excluded)
+    excluded_items = tuple(excluded[item_id] for item_id in sorted(excluded))
     return ContextPackage(
         chat_id=chat_id,
         root_msg_id=root_msg_id,
@@ -260,6 +289,12 @@ def select_context(
         is_slash_command=request.is_slash_command,
         selected=selected,
         excluded=excluded_items,
-        diagnostics=diagnostics,
+        diagnostics=_diagnostics(
+            request=request,
+            candidate_count=len(ordered),
+            eligible_count=len(eligible),
+            selected=selected,
+            excluded=excluded_items,
+        ),
         target_id=target_id,
     )
