@@ -152,8 +152,8 @@ def _gate_bars(per_outcome: dict[str, dict[date, int]], days: list[date]) -> lis
 
 @dataclass(frozen=True)
 class _Window:
-    """The last 24 hours and the last DAYS days: as datetimes for the queries, as ISO strings for the admin's
-    list filters (to the second, so a link's URL stays short), and the chart's days, oldest first."""
+    """The last 24 hours and the last DAYS days: as datetimes for the queries, as ISO strings to the second for
+    the admin's list filters, and the chart's days, oldest first."""
 
     since_day: datetime
     since_week: datetime
@@ -266,7 +266,7 @@ class _AdminLinks:
     providers: str
 
     @classmethod
-    def reverse(cls) -> _AdminLinks:
+    def lists_reversed(cls) -> _AdminLinks:
         # Each list's URL reversed once per render, not per number: a reverse() costs more than the row's queries.
         return cls(
             turns=reverse("admin:agents_turn_changelist"),
@@ -368,5 +368,5 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
     # The playground's stand-ins are not the hub's bots: their turns and judgements stay out of the front page.
     bots = list(Bot.objects.filter(is_sandbox=False).select_related("primary_model__provider").order_by("name", "pk"))
     totals = _totals_get(window=window)
-    links = _AdminLinks.reverse()
+    links = _AdminLinks.lists_reversed()
     return [_bot_row(bot=bot, window=window, links=links, totals=totals) for bot in bots]
