@@ -1,4 +1,9 @@
-"""Fixtures shared by every app's tests. App-specific fixtures live in tests/<app>/conftest.py."""
+"""Fixtures shared by every app's tests. App-specific fixtures live in tests/<app>/conftest.py, plain helpers
+(`wait_for`) in tests/helpers.py.
+
+`admin_client` is pytest-django's own (a client logged in as the staff superuser "admin"): no test module
+redefines it, so every admin test runs as the same kind of user.
+"""
 
 import pytest
 from rest_framework.test import APIClient

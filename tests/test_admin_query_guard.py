@@ -1,19 +1,11 @@
 """A NUL byte in an admin query parameter is a 400, not a PostgreSQL 500 (core.middleware)."""
 
 import pytest
-from django.test import Client
 
-from tests.agents.factories import ThreadFactory, UserFactory
+from tests.agents.factories import ThreadFactory
 from threadcontext.models import ThreadEvent
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_client() -> Client:
-    client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 @pytest.mark.parametrize(

@@ -261,7 +261,26 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULE: dict = {}
+# Every periodic task of the hub, declared here and nowhere else (DatabaseScheduler copies it into the database
+# at beat's start). The feishu entries keep their historical task names (`amuxweb.feishu.*`): beat rows and
+# queued messages written before the bridge moved to `feishu/` still resolve to the same tasks.
+CELERY_BEAT_SCHEDULE = {
+    # L2: the one turn sweeper, every trigger: lost enqueues, runs left running, replies left undelivered
+    # (agents.services.turns.sweep).
+    "agents-turns-sweep": {"task": "agents.tasks.turns_sweep_task", "schedule": 60.0},
+    # Discuss wakes past due whose fire task was lost (or waits for its retry) get a fire task again.
+    "feishu-discuss-wakes-sweep": {"task": "amuxweb.feishu.discuss.discuss_wakes_sweep", "schedule": 5.0},
+    # Inbound events acknowledged but still pending FEISHU_SWEEP_PENDING_AFTER_SECONDS after they were stored
+    # (broker down, worker killed) are re-enqueued, and undelivered notices retried.
+    "feishu-inbound-sweep": {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0},
+    # Daily. F2 needs inbound events past Feishu's 7.1 h retry window: finished inbound events and discuss wakes
+    # are kept AMUX_CONTEXT_RETENTION_DAYS, a sandbox bot's recorded Feishu calls AMUX_SANDBOX_CALL_RETENTION_DAYS.
+    "feishu-bridge-prune": {"task": "amuxweb.feishu.tasks.bridge_records_prune", "schedule": 24 * 3600.0},
+    # Probe judgements past their 30-day retention, daily.
+    "probe-judgements-prune": {"task": "probe.tasks.judgements_prune_task", "schedule": 24 * 3600.0},
+    # C13: the daily retention sweep for quiet hubs (writes also prune, at most once a minute per process).
+    "thread-context-prune": {"task": "threadcontext.tasks.thread_context_prune", "schedule": 24 * 3600.0},
+}
 
 # --- Seed constants (ARCHITECTURE §7) --------------------------------------------------------------------
 AMUX_CONTEXT_RETENTION_DAYS = 30
@@ -277,11 +296,6 @@ AMUX_WORKSPACE_CACHE_SECONDS = env.int("AMUX_WORKSPACE_CACHE_SECONDS", default=6
 AMUX_FEISHU_CHAT_MODE_RETRY_SECONDS = env.int("AMUX_FEISHU_CHAT_MODE_RETRY_SECONDS", default=3600)
 AMUX_FEISHU_TOPIC_ROOT_ENABLED = env.bool("AMUX_FEISHU_TOPIC_ROOT_ENABLED", default=True)
 AMUX_FEISHU_SHARED_THREAD_ENABLED = env.bool("AMUX_FEISHU_SHARED_THREAD_ENABLED", default=False)
-# C13: the daily retention sweep for quiet hubs (writes also prune, at most once a minute per process).
-CELERY_BEAT_SCHEDULE["thread-context-prune"] = {
-    "task": "threadcontext.tasks.thread_context_prune",
-    "schedule": 24 * 3600.0,
-}
 # Who besides staff may read /api/v1/context/decisions/: a dotted path to check(user, bot_profile) -> bool
 # (threadcontext cannot import agents, so the composition root wires it). Default: a bot's owner reads its
 # decisions, as with its threads (ARCHITECTURE §7); empty = staff only.
@@ -295,14 +309,6 @@ AMUX_PROBE_DEBOUNCE_MAX_MS = env.int("AMUX_PROBE_DEBOUNCE_MAX_MS", default=30000
 AMUX_PROBE_CONFIG_CACHE_SECONDS = env.int("AMUX_PROBE_CONFIG_CACHE_SECONDS", default=60)
 # The offline local_rules provider streams its echo word by word with this pause, so a demo shows streaming.
 AMUX_LOCAL_RULES_STREAM_DELAY_MS = env.int("AMUX_LOCAL_RULES_STREAM_DELAY_MS", default=40)
-CELERY_BEAT_SCHEDULE["probe-judgements-prune"] = {"task": "probe.tasks.judgements_prune_task", "schedule": 24 * 3600.0}
-# L2: the one turn sweeper, every trigger: lost enqueues, runs left running, replies left undelivered
-# (agents.services.turns.sweep).
-CELERY_BEAT_SCHEDULE["agents-turns-sweep"] = {"task": "agents.tasks.turns_sweep_task", "schedule": 60.0}
-CELERY_BEAT_SCHEDULE["feishu-discuss-wakes-sweep"] = {
-    "task": "amuxweb.feishu.discuss.discuss_wakes_sweep",
-    "schedule": 5.0,
-}
 # A debounced discuss wake is a task with an eta. Only without a broker (Celery eager) would nothing run it later
 # and an in-process timer thread be needed; every environment now has a broker (the embedded one at least).
 AMUX_DISCUSS_WAKE_TIMER = CELERY_TASK_ALWAYS_EAGER
@@ -359,14 +365,9 @@ FEISHU_ATTACHMENT_TEXT_EXTENSIONS = env.list(
     ).split(),
 )
 FEISHU_ATTACHMENT_FORWARD_MAX_MESSAGES = env.int("FEISHU_ATTACHMENT_FORWARD_MAX_MESSAGES", default=50)
-CELERY_BEAT_SCHEDULE["feishu-inbound-sweep"] = {"task": "amuxweb.feishu.tasks.inbound_events_sweep", "schedule": 30.0}
-# F2 needs inbound events past Feishu's 7.1 h retry window; they are kept 30 days, then pruned daily.
-# The Feishu calls a sandbox bot records for the playground (one row per send and card update) are pruned too.
+# The Feishu calls a sandbox bot records for the playground (one row per send and card update) are kept this
+# long (pruned daily with the inbound events: CELERY_BEAT_SCHEDULE "feishu-bridge-prune").
 AMUX_SANDBOX_CALL_RETENTION_DAYS = env.int("AMUX_SANDBOX_CALL_RETENTION_DAYS", default=7)
-CELERY_BEAT_SCHEDULE["feishu-bridge-prune"] = {
-    "task": "amuxweb.feishu.tasks.bridge_records_prune",
-    "schedule": 24 * 3600.0,
-}
 
 # --- Logging: key=value lines for people in DEBUG, JSON lines otherwise -----------------------------------
 LOG_LEVEL = env("LOG_LEVEL", default="INFO")

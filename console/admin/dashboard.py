@@ -8,8 +8,8 @@ from django.utils.translation import gettext_lazy as _
 
 from agents.admin.core import BotAdmin
 from agents.models import Bot
+from console.dashboard.bot_overview import bot_overview_get
 from core.admin import list_url, related_links
-from console.dashboard.selectors import bot_overview_get
 from probe.admin import cause_explained
 
 

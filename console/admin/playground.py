@@ -8,8 +8,8 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
 
-from console.playground import views
 from console.models import PlaygroundGroup, PlaygroundMember
+from console.playground import views
 from console.playground.services import playground_members_sync
 
 

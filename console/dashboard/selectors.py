@@ -26,7 +26,6 @@ from django.db.models import (
 )
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, TruncDate
-from django.http import HttpRequest
 from django.urls import reverse
 
 from agents.models import Bot, Turn
@@ -42,7 +41,6 @@ from console.dashboard.health import (
 )
 from feishu.models import OutboundDelivery
 from probe.models import ProbeJudgement
-from probe.selectors import gate_config_get
 
 DAYS = 7
 CHART_HEIGHT_PX = 40
@@ -152,180 +150,223 @@ def _gate_bars(per_outcome: dict[str, dict[date, int]], days: list[date]) -> lis
     return [(index * BAR_STEP_PX, day, column) for index, (day, column) in enumerate(zip(days, columns, strict=True))]
 
 
-def dashboard_rows(*, now: datetime) -> list[BotRow]:
-    """One row per bot, in name order: health and its causes, 24 h and 7 day numbers, each with its admin link."""
-    since_day = now - timedelta(hours=24)
-    since_week = now - timedelta(days=DAYS)
-    day_iso = since_day.replace(microsecond=0).isoformat()
-    week_iso = since_week.replace(microsecond=0).isoformat()
+@dataclass(frozen=True)
+class _Window:
+    """The last 24 hours and the last DAYS days: as datetimes for the queries, as ISO strings to the second for
+    the admin's list filters, and the chart's days, oldest first."""
 
-    # The playground's stand-ins are not the hub's bots: their turns and judgements stay out of the front page.
-    bots = list(Bot.objects.filter(is_sandbox=False).select_related("primary_model__provider").order_by("name", "pk"))
+    since_day: datetime
+    since_week: datetime
+    days: list[date]
 
-    # One scan of each table's 7 day window, grouped by (bot, day, within 24 h, status or outcome): every number
-    # is a sum of those groups here (at most 8 days x 2 x a few statuses per bot), so each row is counted once and
-    # its JSON usage keys are cast once each, not once per aggregate that needs them.
-    turns: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    tokens_per_day: dict[int, dict[date, int]] = defaultdict(lambda: defaultdict(int))
+    @classmethod
+    def ending(cls, now: datetime) -> _Window:
+        today = now.date()
+        return cls(
+            since_day=now - timedelta(hours=24),
+            since_week=now - timedelta(days=DAYS),
+            days=[today - timedelta(days=offset) for offset in range(DAYS - 1, -1, -1)],
+        )
+
+    @property
+    def day_iso(self) -> str:
+        return self.since_day.replace(microsecond=0).isoformat()
+
+    @property
+    def week_iso(self) -> str:
+        return self.since_week.replace(microsecond=0).isoformat()
+
+
+@dataclass
+class _Totals:
+    """Every number of the front page, per bot id, summed from a fixed number of grouped queries."""
+
+    turns: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    judgements: dict[int, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    # Primary and probe tokens together, per day.
+    tokens_per_day: dict[int, dict[date, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    outcomes_per_day: dict[int, dict[str, dict[date, int]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+    )
+    failed_deliveries: dict[int, int] = field(default_factory=dict)
+    latencies: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+
+
+# The scans below read each table's 7 day window once, grouped by (bot, day, within 24 h, status or outcome):
+# every number is a sum of those groups (at most 8 days x 2 x a few statuses per bot), so each row is counted once
+# and its JSON usage keys are cast once each, not once per aggregate that needs them.
+
+
+def _turns_add(*, totals: _Totals, window: _Window) -> None:
+    """Add the turns' counts and primary tokens (24 h and 7 days) and their tokens per day to `totals`."""
     for row in (
-        Turn.objects.filter(queued_at__gte=since_week)
-        .annotate(day=TruncDate("queued_at"), recent=_within(Q(queued_at__gte=since_day)))
+        Turn.objects.filter(queued_at__gte=window.since_week)
+        .annotate(day=TruncDate("queued_at"), recent=_within(Q(queued_at__gte=window.since_day)))
         .values("bot_id", "day", "recent", "status")
         .annotate(n=Count("*"), primary_in=_int_key("input_tokens"), primary_out=_int_key("output_tokens"))
     ):
-        totals, n, status = turns[row["bot_id"]], row["n"], row["status"]
-        totals["primary_in_7d"] += row["primary_in"]
-        totals["primary_out_7d"] += row["primary_out"]
+        bot_totals, n, status = totals.turns[row["bot_id"]], row["n"], row["status"]
+        bot_totals["primary_in_7d"] += row["primary_in"]
+        bot_totals["primary_out_7d"] += row["primary_out"]
         if row["recent"]:
-            totals["turns_24h"] += n
-            totals["replies_24h"] += n if status in REPLIED else 0
-            totals["failed_24h"] += n if status == Turn.Status.FAILED else 0
-            totals["delivery_failed_24h"] += n if status == Turn.Status.DELIVERY_FAILED else 0
-            totals["primary_in_24h"] += row["primary_in"]
-            totals["primary_out_24h"] += row["primary_out"]
-        tokens_per_day[row["bot_id"]][row["day"]] += row["primary_in"] + row["primary_out"]
+            bot_totals["turns_24h"] += n
+            bot_totals["replies_24h"] += n if status in REPLIED else 0
+            bot_totals["failed_24h"] += n if status == Turn.Status.FAILED else 0
+            bot_totals["delivery_failed_24h"] += n if status == Turn.Status.DELIVERY_FAILED else 0
+            bot_totals["primary_in_24h"] += row["primary_in"]
+            bot_totals["primary_out_24h"] += row["primary_out"]
+        totals.tokens_per_day[row["bot_id"]][row["day"]] += row["primary_in"] + row["primary_out"]
 
+
+def _judgements_add(*, totals: _Totals, window: _Window) -> None:
+    """Add the gate's outcomes (24 h counts, per day) and probe tokens (24 h, 7 days, per day) to `totals`."""
     # Served by an index-only scan on PostgreSQL (judgement_window_covering holds every column read here).
-    judgements: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    outcomes_per_day: dict[int, dict[str, dict[date, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     for row in (
-        ProbeJudgement.objects.filter(created_at__gte=since_week)
-        .annotate(day=TruncDate("created_at"), recent=_within(Q(created_at__gte=since_day)))
+        ProbeJudgement.objects.filter(created_at__gte=window.since_week)
+        .annotate(day=TruncDate("created_at"), recent=_within(Q(created_at__gte=window.since_day)))
         .values("bot_id", "day", "recent", "outcome")
         .annotate(n=Count("*"), probe_in=Coalesce(Sum("input_tokens"), 0), probe_out=Coalesce(Sum("output_tokens"), 0))
     ):
         bot_id, outcome, n = row["bot_id"], row["outcome"], row["n"]
-        totals = judgements[bot_id]
-        totals["probe_in_7d"] += row["probe_in"]
-        totals["probe_out_7d"] += row["probe_out"]
+        bot_totals = totals.judgements[bot_id]
+        bot_totals["probe_in_7d"] += row["probe_in"]
+        bot_totals["probe_out_7d"] += row["probe_out"]
         if row["recent"]:
-            totals["probe_in_24h"] += row["probe_in"]
-            totals["probe_out_24h"] += row["probe_out"]
-            totals[f"silence_{outcome}"] += n
-            totals["failed_closed_24h"] += n if outcome in FAILED_CLOSED else 0
-        outcomes_per_day[bot_id][outcome][row["day"]] += n
-        tokens_per_day[bot_id][row["day"]] += row["probe_in"] + row["probe_out"]
+            bot_totals["probe_in_24h"] += row["probe_in"]
+            bot_totals["probe_out_24h"] += row["probe_out"]
+            bot_totals[f"silence_{outcome}"] += n
+            bot_totals["failed_closed_24h"] += n if outcome in FAILED_CLOSED else 0
+        totals.outcomes_per_day[bot_id][outcome][row["day"]] += n
+        totals.tokens_per_day[bot_id][row["day"]] += row["probe_in"] + row["probe_out"]
 
-    failed_deliveries = dict(
-        OutboundDelivery.objects.filter(created_at__gte=since_day, status=OutboundDelivery.Status.FAILED)
+
+def _totals_get(*, window: _Window) -> _Totals:
+    """The front page's numbers for every bot: four queries, whatever the data size."""
+    totals = _Totals()
+    _turns_add(totals=totals, window=window)
+    _judgements_add(totals=totals, window=window)
+    totals.failed_deliveries = dict(
+        OutboundDelivery.objects.filter(created_at__gte=window.since_day, status=OutboundDelivery.Status.FAILED)
         .values("bot_id")
         .annotate(n=Count("pk"))
         .values_list("bot_id", "n")
     )
-    latencies = _latencies(since=since_day)
+    totals.latencies = _latencies(since=window.since_day)
+    return totals
 
-    # Each list's URL reversed once per render, not per number: a reverse() costs more than the row's queries.
-    turn_list = reverse("admin:agents_turn_changelist")
-    judgement_list = reverse("admin:probe_probejudgement_changelist")
-    delivery_list = reverse("admin:feishu_outbounddelivery_changelist")
-    bot_list = reverse("admin:agents_bot_changelist")
-    provider_list = reverse("admin:agents_provider_changelist")
-    today = now.date()
-    days = [today - timedelta(days=offset) for offset in range(DAYS - 1, -1, -1)]
-    rows = []
-    for bot in bots:
-        t = turns.get(bot.pk, {})
-        j = judgements.get(bot.pk, {})
-        provider = bot.primary_model.provider
-        causes = health_causes(
-            HealthInputs(
-                provider_test_failed=provider.last_test_ok is False,
-                failed_closed_24h=j.get("failed_closed_24h", 0),
-                failed_turns_24h=t.get("failed_24h", 0),
-                failed_deliveries_24h=failed_deliveries.get(bot.pk, 0) + t.get("delivery_failed_24h", 0),
-                has_feishu_credentials=bot.has_feishu_credentials,
-            )
+
+@dataclass(frozen=True)
+class _AdminLinks:
+    """The admin list URLs a row links to, and one bot's filters on them for each window."""
+
+    turns: str
+    judgements: str
+    deliveries: str
+    bots: str
+    providers: str
+
+    @classmethod
+    def lists_reversed(cls) -> _AdminLinks:
+        # Each list's URL reversed once per render, not per number: a reverse() costs more than the row's queries.
+        return cls(
+            turns=reverse("admin:agents_turn_changelist"),
+            judgements=reverse("admin:probe_probejudgement_changelist"),
+            deliveries=reverse("admin:feishu_outbounddelivery_changelist"),
+            bots=reverse("admin:agents_bot_changelist"),
+            providers=reverse("admin:agents_provider_changelist"),
         )
-        turns_day = {"bot__id__exact": bot.pk, "queued_at__gte": day_iso}
-        turns_week = {"bot__id__exact": bot.pk, "queued_at__gte": week_iso}
-        judgements_day = {"bot__id__exact": bot.pk, "created_at__gte": day_iso}
-        judgements_week = {"bot__id__exact": bot.pk, "created_at__gte": week_iso}
-        failed_closed_url = _url(judgement_list, **judgements_day, outcome__in=",".join(FAILED_CLOSED))
-        cause_urls = {
-            # The admin's change page is its list's URL + "<pk>/change/".
-            "provider_test_failed": f"{provider_list}{provider.pk}/change/",
-            "failing_closed": failed_closed_url,
-            "turns_failing": _url(turn_list, **turns_day, status__exact=Turn.Status.FAILED),
-            # The turns whose delivery failed when there are some, else the failed delivery rows themselves.
-            "deliveries_failing": _url(turn_list, **turns_day, status__exact=Turn.Status.DELIVERY_FAILED)
-            if t.get("delivery_failed_24h", 0)
-            else _url(delivery_list, bot__id__exact=bot.pk, status__exact=OutboundDelivery.Status.FAILED),
-            "feishu_not_connected": f"{bot_list}{bot.pk}/change/",
-        }
-        p50, p95 = latencies.get(bot.pk, (None, None))
-        rows.append(
-            BotRow(
-                bot=bot,
-                bot_url=f"{bot_list}{bot.pk}/change/",
-                state=causes[0] if causes else HEALTHY,
-                state_label=str(HEALTH_CAUSES[causes[0]]) if causes else HEALTHY,
-                causes=[(cause, str(HEALTH_CAUSES[cause]), cause_urls[cause]) for cause in causes],
-                numbers={
-                    "turns_24h": Link(t.get("turns_24h", 0), _url(turn_list, **turns_day)),
-                    "replies_24h": Link(
-                        t.get("replies_24h", 0), _url(turn_list, **turns_day, status__in=",".join(REPLIED))
-                    ),
-                    "failed_closed_24h": Link(j.get("failed_closed_24h", 0), failed_closed_url),
-                    "primary_in_24h": Link(t.get("primary_in_24h", 0), _url(turn_list, **turns_day)),
-                    "primary_out_24h": Link(t.get("primary_out_24h", 0), _url(turn_list, **turns_day)),
-                    "primary_in_7d": Link(t.get("primary_in_7d", 0), _url(turn_list, **turns_week)),
-                    "primary_out_7d": Link(t.get("primary_out_7d", 0), _url(turn_list, **turns_week)),
-                    "probe_in_24h": Link(j.get("probe_in_24h", 0), _url(judgement_list, **judgements_day)),
-                    "probe_out_24h": Link(j.get("probe_out_24h", 0), _url(judgement_list, **judgements_day)),
-                    "probe_in_7d": Link(j.get("probe_in_7d", 0), _url(judgement_list, **judgements_week)),
-                    "probe_out_7d": Link(j.get("probe_out_7d", 0), _url(judgement_list, **judgements_week)),
-                },
-                silences=[
-                    (
-                        outcome,
-                        Link(
-                            j.get(f"silence_{outcome}", 0),
-                            _url(judgement_list, **judgements_day, outcome__exact=outcome),
-                        ),
-                    )
-                    for outcome in SILENCES
-                ],
-                latency_p50_ms=p50,
-                latency_p95_ms=p95,
-                token_bars=_bars(tokens_per_day.get(bot.pk, {}), days, title="tokens"),
-                gate_bars=_gate_bars(outcomes_per_day.get(bot.pk, {}), days),
-            )
+
+    def change(self, list_url: str, pk: int) -> str:
+        # The admin's change page is its list's URL + "<pk>/change/".
+        return f"{list_url}{pk}/change/"
+
+    def turns_of(self, bot: Bot, window: _Window, *, week: bool = False, **filters: object) -> str:
+        since = window.week_iso if week else window.day_iso
+        return _url(self.turns, bot__id__exact=bot.pk, queued_at__gte=since, **filters)
+
+    def judgements_of(self, bot: Bot, window: _Window, *, week: bool = False, **filters: object) -> str:
+        since = window.week_iso if week else window.day_iso
+        return _url(self.judgements, bot__id__exact=bot.pk, created_at__gte=since, **filters)
+
+
+def _cause_urls(*, bot: Bot, window: _Window, links: _AdminLinks, delivery_failed_24h: int) -> dict[str, str]:
+    """Where each health cause of `bot` is fixed or explained."""
+    return {
+        "provider_test_failed": links.change(links.providers, bot.primary_model.provider.pk),
+        "failing_closed": links.judgements_of(bot, window, outcome__in=",".join(FAILED_CLOSED)),
+        "turns_failing": links.turns_of(bot, window, status__exact=Turn.Status.FAILED),
+        # The turns whose delivery failed when there are some, else the failed delivery rows themselves.
+        "deliveries_failing": links.turns_of(bot, window, status__exact=Turn.Status.DELIVERY_FAILED)
+        if delivery_failed_24h
+        else _url(links.deliveries, bot__id__exact=bot.pk, status__exact=OutboundDelivery.Status.FAILED),
+        "feishu_not_connected": links.change(links.bots, bot.pk),
+    }
+
+
+def _numbers(*, bot: Bot, window: _Window, links: _AdminLinks, totals: _Totals) -> dict[str, Link]:
+    """The row's counts and token sums, each linked to the admin list it counts."""
+    turns, judgements = totals.turns.get(bot.pk, {}), totals.judgements.get(bot.pk, {})
+    turns_day, turns_week = links.turns_of(bot, window), links.turns_of(bot, window, week=True)
+    judgements_day, judgements_week = links.judgements_of(bot, window), links.judgements_of(bot, window, week=True)
+    return {
+        "turns_24h": Link(turns.get("turns_24h", 0), turns_day),
+        "replies_24h": Link(turns.get("replies_24h", 0), links.turns_of(bot, window, status__in=",".join(REPLIED))),
+        "failed_closed_24h": Link(
+            judgements.get("failed_closed_24h", 0),
+            links.judgements_of(bot, window, outcome__in=",".join(FAILED_CLOSED)),
+        ),
+        "primary_in_24h": Link(turns.get("primary_in_24h", 0), turns_day),
+        "primary_out_24h": Link(turns.get("primary_out_24h", 0), turns_day),
+        "primary_in_7d": Link(turns.get("primary_in_7d", 0), turns_week),
+        "primary_out_7d": Link(turns.get("primary_out_7d", 0), turns_week),
+        "probe_in_24h": Link(judgements.get("probe_in_24h", 0), judgements_day),
+        "probe_out_24h": Link(judgements.get("probe_out_24h", 0), judgements_day),
+        "probe_in_7d": Link(judgements.get("probe_in_7d", 0), judgements_week),
+        "probe_out_7d": Link(judgements.get("probe_out_7d", 0), judgements_week),
+    }
+
+
+def _bot_row(*, bot: Bot, window: _Window, links: _AdminLinks, totals: _Totals) -> BotRow:
+    turns, judgements = totals.turns.get(bot.pk, {}), totals.judgements.get(bot.pk, {})
+    causes = health_causes(
+        HealthInputs(
+            provider_test_failed=bot.primary_model.provider.last_test_ok is False,
+            failed_closed_24h=judgements.get("failed_closed_24h", 0),
+            failed_turns_24h=turns.get("failed_24h", 0),
+            failed_deliveries_24h=totals.failed_deliveries.get(bot.pk, 0) + turns.get("delivery_failed_24h", 0),
+            has_feishu_credentials=bot.has_feishu_credentials,
         )
-    return rows
-
-
-RECENT = 10
-
-
-@dataclass
-class BotOverview:
-    webhook_url: str
-    probe_mode: str
-    probe_source: str
-    probe_model: str
-    probe_cause: str
-    turns: list[tuple[Turn, str]]
-    judgements: list[tuple[ProbeJudgement, str]]
-    turns_url: str
-    judgements_url: str
-
-
-def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
-    """The bot page's panel: its absolute webhook URL, its gate's current resolution, its newest turns and
-    judgements (RECENT of each, with their admin URLs). Three queries at most, whatever the bot's history."""
-    config = gate_config_get(bot=bot)
-    turn_list = reverse("admin:agents_turn_changelist")
-    judgement_list = reverse("admin:probe_probejudgement_changelist")
-    turns = list(Turn.objects.filter(bot=bot).order_by("-queued_at", "-pk")[:RECENT])
-    judgements = list(ProbeJudgement.objects.filter(bot=bot).order_by("-created_at", "-pk")[:RECENT])
-    return BotOverview(
-        webhook_url=request.build_absolute_uri(reverse("feishu:webhook", args=[bot.slug])),
-        probe_mode=config.mode,
-        probe_source=config.source,
-        probe_model=f"{config.model} ({config.model.provider.name})" if config.model is not None else "",
-        probe_cause=config.cause,
-        turns=[(turn, f"{turn_list}{turn.pk}/change/") for turn in turns],
-        judgements=[(judgement, f"{judgement_list}{judgement.pk}/change/") for judgement in judgements],
-        turns_url=_url(turn_list, bot__id__exact=bot.pk),
-        judgements_url=_url(judgement_list, bot__id__exact=bot.pk),
     )
+    cause_urls = _cause_urls(
+        bot=bot, window=window, links=links, delivery_failed_24h=turns.get("delivery_failed_24h", 0)
+    )
+    p50, p95 = totals.latencies.get(bot.pk, (None, None))
+    return BotRow(
+        bot=bot,
+        bot_url=links.change(links.bots, bot.pk),
+        state=causes[0] if causes else HEALTHY,
+        state_label=str(HEALTH_CAUSES[causes[0]]) if causes else HEALTHY,
+        causes=[(cause, str(HEALTH_CAUSES[cause]), cause_urls[cause]) for cause in causes],
+        numbers=_numbers(bot=bot, window=window, links=links, totals=totals),
+        silences=[
+            (
+                outcome,
+                Link(judgements.get(f"silence_{outcome}", 0), links.judgements_of(bot, window, outcome__exact=outcome)),
+            )
+            for outcome in SILENCES
+        ],
+        latency_p50_ms=p50,
+        latency_p95_ms=p95,
+        token_bars=_bars(totals.tokens_per_day.get(bot.pk, {}), window.days, title="tokens"),
+        gate_bars=_gate_bars(totals.outcomes_per_day.get(bot.pk, {}), window.days),
+    )
+
+
+def dashboard_rows(*, now: datetime) -> list[BotRow]:
+    """One row per bot, in name order: health and its causes, 24 h and 7 day numbers, each with its admin link."""
+    window = _Window.ending(now)
+    # The playground's stand-ins are not the hub's bots: their turns and judgements stay out of the front page.
+    bots = list(Bot.objects.filter(is_sandbox=False).select_related("primary_model__provider").order_by("name", "pk"))
+    totals = _totals_get(window=window)
+    links = _AdminLinks.lists_reversed()
+    return [_bot_row(bot=bot, window=window, links=links, totals=totals) for bot in bots]

@@ -13,8 +13,8 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 
 from agents.models import Turn
-from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from console.models import PlaygroundGroup, PlaygroundMember, PlaygroundMessage
+from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 
 MAX_MESSAGES = 200

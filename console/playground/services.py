@@ -14,12 +14,12 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from agents.models import Bot
+from console.models import MESSAGE_ID_PREFIX, PlaygroundGroup, PlaygroundMember, PlaygroundMessage
 
 # The module, not its names: it is lazy (lark-oapi), and the admin's URLconf imports this module in every process.
 from feishu.inbound import webhook as feishu_webhook
 from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 from feishu.simulate import bot_local_credentials_provision
-from console.models import MESSAGE_ID_PREFIX, PlaygroundGroup, PlaygroundMember, PlaygroundMessage
 from threadcontext.models import Workspace
 from threadcontext.services import workspace_chat_mode_store, workspace_ensure
 

@@ -3,20 +3,12 @@
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 
 from agents.models import Bot, UserProfile
 from tests.admin.test_dashboard import make_judgement, make_turn
-from tests.agents.factories import BotFactory, LLMModelFactory, UserFactory
+from tests.agents.factories import BotFactory, LLMModelFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_client() -> Client:
-    client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 def test_the_bot_page_shows_the_absolute_webhook_url(admin_client, settings):

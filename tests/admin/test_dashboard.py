@@ -15,20 +15,13 @@ from console.dashboard.selectors import dashboard_rows
 from feishu.models import OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.services import probe_gate_run
-from tests.agents.factories import BotFactory, ThreadFactory, UserFactory
+from tests.agents.factories import BotFactory, ThreadFactory
 from tests.probe.test_gate import TRANSCRIPT
 from tests.stubs.llm_servers import StubResponse, openai_error_body
 
 pytestmark = pytest.mark.django_db
 
 _sources = count()
-
-
-@pytest.fixture
-def admin_client() -> Client:
-    client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 def make_turn(bot: Bot, *, age: timedelta, status=Turn.Status.DELIVERED, usage=None, duration_ms=None) -> Turn:

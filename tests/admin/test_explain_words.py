@@ -12,7 +12,7 @@ from agents.models import Bot, Message, Turn
 from probe.admin import CAUSE_SENTENCES
 from probe.models import ProbeJudgement
 from probe.rules import Cause
-from tests.admin.test_links import CHAT, admin_client, answered_wake  # noqa: F401  (fixtures)
+from tests.admin.test_links import CHAT, answered_wake  # noqa: F401  (fixtures)
 from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
 from tests.probe.conftest import stub_base_url
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_a_judgement_records_the_probe_mode_and_model_in_force_and_the_explain_page_shows_them(
-    admin_client,  # noqa: F811
+    admin_client,
     answered_wake,  # noqa: F811
 ):
     # given: the judgement of a wake judged by the bot's own probe model
@@ -51,7 +51,7 @@ def test_a_shared_thread_context_switched_off_is_the_sentence_of_every_exclusion
     feishu,  # noqa: F811
     make_feishu_bot,  # noqa: F811
     llm_stub,
-    admin_client,  # noqa: F811
+    admin_client,
     django_capture_on_commit_callbacks,
 ):
     # given: a workspace whose shared thread context is off, one earlier message, then an @ of the bot
@@ -87,7 +87,7 @@ def test_the_turn_page_shows_the_model_input_once_usage_as_a_table_and_masks_as_
     feishu,  # noqa: F811
     make_feishu_bot,  # noqa: F811
     llm_stub,
-    admin_client,  # noqa: F811
+    admin_client,
     django_capture_on_commit_callbacks,
 ):
     # given: an @ of the bot (the runner stores its messages twice: neutral and in the request as sent)

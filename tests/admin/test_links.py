@@ -15,7 +15,7 @@ from agents.models import Bot, Turn
 from feishu.discuss import wake as discuss
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
-from tests.agents.factories import LLMModelFactory, ProviderFactory, UserFactory
+from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
 from tests.probe.conftest import stub_base_url
 from tests.stubs.llm_servers import StubResponse, anthropic_body, openai_chat_body
@@ -23,13 +23,6 @@ from threadcontext.models import ThreadContextDecision, Workspace
 
 pytestmark = pytest.mark.django_db
 CHAT = "oc_release_team"
-
-
-@pytest.fixture
-def admin_client() -> Client:
-    client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 @pytest.fixture

@@ -3,21 +3,13 @@
 import json
 
 import pytest
-from django.test import Client
 
-from tests.agents.factories import BotFactory, LLMModelFactory, UserFactory
+from tests.agents.factories import BotFactory, LLMModelFactory
 from tests.agents.test_turns_admin import stub_model
 from tests.stubs.llm_servers import AUTH_BODIES, StubResponse
 
 pytestmark = pytest.mark.django_db
 MARK = "its provider failed its last test"
-
-
-@pytest.fixture
-def admin_client() -> Client:
-    client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 @pytest.fixture

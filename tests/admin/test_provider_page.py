@@ -1,21 +1,12 @@
 """The Provider page: "Test connection" stores its result and time on the provider; the list and page show it."""
 
 import pytest
-from django.test import Client
 
 from agents.models import Provider
-from tests.agents.factories import UserFactory
 from tests.agents.test_turns_admin import stub_model
 from tests.stubs.llm_servers import AUTH_BODIES, StubResponse, openai_chat_body
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_client() -> Client:
-    client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 def test_a_failed_test_is_stored_on_the_provider_and_shown_in_its_list(admin_client, llm_stub):

@@ -3,12 +3,11 @@
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from agents.models import Bot, Provider, Thread
 from agents.services.threads import message_create
-from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
+from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory
 from tests.agents.forms import bot_admin_form_data
 
 pytestmark = pytest.mark.django_db
@@ -18,13 +17,6 @@ APP_SECRET = "feishu-app-secret-0002"
 ENCRYPT_KEY = "feishu-encrypt-key-0003"
 VERIFICATION_TOKEN = "feishu-verification-token-0004"
 ALL_SECRETS = (PROVIDER_SECRET, APP_SECRET, ENCRYPT_KEY, VERIFICATION_TOKEN)
-
-
-@pytest.fixture
-def admin_client() -> Client:
-    client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 @pytest.fixture

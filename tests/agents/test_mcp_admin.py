@@ -5,23 +5,15 @@ import json
 
 import pytest
 from django.db import connection
-from django.test import Client
 
 from agents.models import McpServer, Thread, Turn, TurnToolCall
-from tests.agents.factories import BotFactory, ThreadFactory, UserFactory
+from tests.agents.factories import BotFactory, ThreadFactory
 from tests.stubs.mcp_server import stdio_command
 
 pytestmark = pytest.mark.django_db
 
 ENV_SECRET = "mcp-admin-env-secret-9001"
 HEADER_SECRET = "Bearer mcp-admin-header-9002"
-
-
-@pytest.fixture
-def admin_client() -> Client:
-    client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from agents.models import McpServer, Message, Provider, Turn, TurnToolCall
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
-from tests.agents.test_worker import wait_for
+from tests.helpers import wait_for
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
 from tests.stubs.mcp_server import stdio_command
 

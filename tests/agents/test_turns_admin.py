@@ -9,16 +9,10 @@ from agents.models import Automation, Message, Provider, Turn
 from agents.services.automations import automation_create
 from agents.services.threads import message_create
 from agents.services.turns import turn_get_or_create, turn_run
-from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
+from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory
 from tests.stubs.llm_servers import AUTH_BODIES, SERVER_ERROR_BODIES, StubResponse, openai_chat_body
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def admin_client(client):
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 def stub_model(llm_stub, **provider_fields):

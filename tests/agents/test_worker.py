@@ -9,22 +9,10 @@ from rest_framework.test import APIClient
 
 from agents.models import Message, Provider, Turn
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
+from tests.helpers import wait_for
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
-
-WAIT_SECONDS = 60
-
-
-def wait_for(predicate, *, timeout: float = WAIT_SECONDS, worker=None, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    tail = worker.log_tail() if worker is not None else ""
-    raise AssertionError(f"timed out waiting for {what}\nworker log:\n{tail}")
 
 
 def chat_setup(llm_stub):

@@ -16,11 +16,15 @@ from tests.faults.conftest import (
     SlowModel,
     answers_awaited,
 )
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
 
 REDIS_DOWN_SECONDS = 12
 SLOW_CALL_SECONDS = 4.0
+# How long a test waits for the hub to reach the state a fault is applied in, polling often to apply it on time.
+WAIT_SECONDS = 120
+POLL_SECONDS = 0.05
 
 
 def at(delay_seconds: float, action) -> threading.Thread:
@@ -79,13 +83,6 @@ def test_redis_stopped_during_intake_of_a_burst(fault_hub, fault_bot, feishu_sen
     assert_exactly_once(figures, fault_hub)
 
 
-def wait_for(predicate, *, what: str, hub, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{hub.tails()}"
-        time.sleep(0.05)
-
-
 def test_worker_sigkilled_during_the_model_call(fault_hub, fault_bot, feishu_sender):
     # given: a slow model; both workers are waiting for its answer when worker 1 is SIGKILLed
     count = 20
@@ -93,7 +90,13 @@ def test_worker_sigkilled_during_the_model_call(fault_hub, fault_bot, feishu_sen
     fault_hub.llm.respond_with("openai_chat", model)
     # when
     pushes = feishu_sender.burst(count=count, per_second=10)
-    wait_for(lambda: model.waiting >= 2, what="both workers in a model call", hub=fault_hub)
+    wait_for(
+        lambda: model.waiting >= 2,
+        what="both workers in a model call",
+        hub=fault_hub,
+        timeout=WAIT_SECONDS,
+        interval=POLL_SECONDS,
+    )
     restart = fault_hub.worker_kill(number=1)
     killed_at = time.monotonic()
     model.slow = False
@@ -113,7 +116,13 @@ def test_worker_sigkilled_during_the_feishu_send(fault_hub, fault_bot, feishu_se
     fault_hub.feishu.send_answer_delay_seconds = SLOW_CALL_SECONDS
     # when
     pushes = feishu_sender.burst(count=count, per_second=10)
-    wait_for(lambda: fault_hub.feishu.sends_held >= 2, what="both workers in a Feishu send", hub=fault_hub)
+    wait_for(
+        lambda: fault_hub.feishu.sends_held >= 2,
+        what="both workers in a Feishu send",
+        hub=fault_hub,
+        timeout=WAIT_SECONDS,
+        interval=POLL_SECONDS,
+    )
     restart = fault_hub.worker_kill(number=1)
     killed_at = time.monotonic()
     fault_hub.feishu.send_answer_delay_seconds = 0.0

@@ -9,12 +9,6 @@ from tests.agents.factories import UserFactory
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def admin_client(client):
-    client.force_login(UserFactory(is_staff=True, is_superuser=True))
-    return client
-
-
 @pytest.mark.parametrize("model", ["inboundevent", "outbounddelivery", "discusswake"])
 def test_admin_lists_render(admin_client, model):
     response = admin_client.get(f"/admin/feishu/{model}/")

@@ -3,12 +3,11 @@ streams into its card, then restarted, leaves exactly one card, one reply and on
 whole stored reply, its sequences strictly increase across both runs (Feishu refused none), and thread context
 holds the answer once."""
 
-import time
-
 import pytest
 
 from agents.models import Message, Provider, Turn
 from tests.agents.factories import LLMModelFactory, ProviderFactory
+from tests.helpers import wait_for
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
 from threadcontext.models import ThreadContextItem, Workspace
 
@@ -16,16 +15,10 @@ pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)
 
 ANSWER = " ".join(f"word{n}" for n in range(80))
 CARD_ROUTES = ("card_content", "card_settings")
-
-
-def wait_for(predicate, *, worker, what: str, timeout: float = 90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}\nworker log:\n{worker.log_tail()}")
+# Waits: a kill, a restart and a streamed answer on a loaded machine; polled every 50 ms so the kill lands while
+# the answer still streams into the card.
+WAIT_SECONDS = 90
+POLL_SECONDS = 0.05
 
 
 @pytest.fixture
@@ -55,7 +48,13 @@ def test_r3_a_worker_killed_mid_stream_and_restarted_leaves_one_card_and_one_rep
         StubResponse(body=openai_chat_body(text=ANSWER)),
     )
     feishu.say(bot, text="tell me", mention=[bot], message_id="om_q")
-    wait_for(lambda: feishu.stub.accepted("card_content"), worker=worker, what="the card's first update")
+    wait_for(
+        lambda: feishu.stub.accepted("card_content"),
+        worker=worker,
+        what="the card's first update",
+        timeout=WAIT_SECONDS,
+        interval=POLL_SECONDS,
+    )
     # when: kill -9 mid-stream, then start the worker again
     worker.kill()
     turn = Turn.objects.get()
@@ -65,6 +64,8 @@ def test_r3_a_worker_killed_mid_stream_and_restarted_leaves_one_card_and_one_rep
         lambda: Turn.objects.get(pk=turn.pk).status in ("delivered", "failed", "delivery_failed"),
         worker=worker,
         what="the redelivered turn",
+        timeout=WAIT_SECONDS,
+        interval=POLL_SECONDS,
     )
     # then
     turn.refresh_from_db()

@@ -19,14 +19,14 @@ from celery.exceptions import CDeprecationWarning
 from django.conf import settings
 from kombu import Connection
 
-from core import tasks_relay
 from amuxweb.celery import app
-from feishu.models import InboundEvent
-from feishu.inbound.intake import inbound_events_sweep
-from feishu.tasks import inbound_event_process
+from core import tasks_relay
 from core.tasks_relay import message_render, message_template_capture, relay_applies, relay_flush, task_relay
+from feishu.inbound.intake import inbound_events_sweep
+from feishu.models import InboundEvent
+from feishu.tasks import inbound_event_process
 from tests.feishu.conftest import bot_open_id
-from tests.feishu.test_worker import wait_for
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("REDIS_URL", "")

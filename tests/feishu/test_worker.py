@@ -8,20 +8,11 @@ import pytest
 
 from agents.models import Turn
 from feishu.inbound import webhook as feishu_webhook
-from feishu.models import InboundEvent, OutboundDelivery
 from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
+from feishu.models import InboundEvent, OutboundDelivery
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
-
-
-def wait_for(predicate, *, worker, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}\nworker log:\n{worker.log_tail()}")
 
 
 def test_f2_four_deliveries_one_turn_one_reply_on_a_real_worker(celery_worker, client, make_feishu_bot):

@@ -3,28 +3,28 @@ events to the intake, a separate worker process routes, debounces, judges and an
 shows it; the worker's Feishu domain is the real one, and still nothing of the playground is sent."""
 
 import json
-import time
 
 import pytest
 from django.urls import reverse
 
 from agents.models import Bot
-from feishu.models import OutboundDelivery
 from console.models import PlaygroundGroup, PlaygroundMember
 from console.playground.services import playground_members_sync
+from feishu.models import OutboundDelivery
 from tests.agents.factories import LLMModelFactory
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
 
 
 def wait_for_state(client, group, predicate, *, worker, what: str, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """The playground's state once `predicate` holds for it (read through the page's own state URL)."""
+
+    def state_if_reached() -> dict | None:
         state = client.get(reverse("admin:playground_state", args=[group.pk])).json()
-        if predicate(state):
-            return state
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}\nworker log:\n{worker.log_tail()}")
+        return state if predicate(state) else None
+
+    return wait_for(state_if_reached, worker=worker, what=what, timeout=timeout, interval=0.2)
 
 
 def test_a_real_worker_answers_the_mention_and_judges_the_chatter(celery_worker, admin_client, make_feishu_bot):

@@ -10,19 +10,11 @@ from feishu.discuss.wake import discuss_wake_schedule
 from feishu.models import DiscussWake
 from probe.models import ProbeJudgement
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory
+from tests.helpers import wait_for
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
 from threadcontext.models import ThreadContextItem, ThreadEvent
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
-
-
-def wait_for(predicate, *, worker, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}\nworker log:\n{worker.log_tail()}")
 
 
 def test_debounced_wake_fires_once_on_a_real_worker_P10(celery_worker, llm_stub):

@@ -1,0 +1,49 @@
+"""The bot page's panel: what only the hub can tell about one bot, in a few queries whatever its history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.http import HttpRequest
+from django.urls import reverse
+
+from agents.models import Bot, Turn
+from core.admin import list_url
+from probe.models import ProbeJudgement
+from probe.selectors import gate_config_get
+
+RECENT = 10
+
+
+@dataclass
+class BotOverview:
+    webhook_url: str
+    probe_mode: str
+    probe_source: str
+    probe_model: str
+    probe_cause: str
+    turns: list[tuple[Turn, str]]
+    judgements: list[tuple[ProbeJudgement, str]]
+    turns_url: str
+    judgements_url: str
+
+
+def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
+    """The bot page's panel: its absolute webhook URL, its gate's current resolution, its newest turns and
+    judgements (RECENT of each, with their admin URLs). Three queries at most, whatever the bot's history."""
+    config = gate_config_get(bot=bot)
+    turn_list = reverse("admin:agents_turn_changelist")
+    judgement_list = reverse("admin:probe_probejudgement_changelist")
+    turns = list(Turn.objects.filter(bot=bot).order_by("-queued_at", "-pk")[:RECENT])
+    judgements = list(ProbeJudgement.objects.filter(bot=bot).order_by("-created_at", "-pk")[:RECENT])
+    return BotOverview(
+        webhook_url=request.build_absolute_uri(reverse("feishu:webhook", args=[bot.slug])),
+        probe_mode=config.mode,
+        probe_source=config.source,
+        probe_model=f"{config.model} ({config.model.provider.name})" if config.model is not None else "",
+        probe_cause=config.cause,
+        turns=[(turn, f"{turn_list}{turn.pk}/change/") for turn in turns],
+        judgements=[(judgement, f"{judgement_list}{judgement.pk}/change/") for judgement in judgements],
+        turns_url=list_url("agents.turn", bot__id__exact=bot.pk),
+        judgements_url=list_url("probe.probejudgement", bot__id__exact=bot.pk),
+    )
