@@ -40,16 +40,18 @@ from agents.services.turns import (
     turn_get_or_create,
 )
 from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
-from feishu.outbound import client as feishu_client
 from feishu.channel.attachments import turn_attachments_fetch
+from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.inbound.messages import (
     QUOTED_READ_FAILED_TEXT,
     RETIRED_SESSION_TEXT,
     bot_secrets,
     inbound_message_build,
 )
-from feishu.models import InboundEvent, OutboundDelivery
 from feishu.inbound.parsing import ParsedMessage, content_text, message_parse
+from feishu.models import InboundEvent, OutboundDelivery
+from feishu.outbound import reads as feishu_reads
+from feishu.outbound.api_errors import FeishuApiError
 from feishu.outbound.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
 from feishu.outbound.replies import (
     CardStreamSink,
@@ -61,7 +63,6 @@ from feishu.outbound.replies import (
     stream_state_get,
     streaming_card_for,
 )
-from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from threadcontext.rendering import prompt_render, request_is_submittable
@@ -157,7 +158,7 @@ def quoted_text_read(*, bot: Bot, parsed: ParsedMessage) -> str:
 
     Raises FeishuApiError when the read fails.
     """
-    fetched = feishu_client.message_get(bot=bot, message_id=parsed.parent_id)
+    fetched = feishu_reads.message_get(bot=bot, message_id=parsed.parent_id)
     text = normalise_mentions(
         content_text(message_type=fetched.msg_type, content=fetched.content), _mentions(bot=bot, raw=fetched.mentions)
     )
@@ -175,8 +176,8 @@ def topic_root_fetch(*, bot: Bot, parsed: ParsedMessage) -> str | None:
     if not bot.has_feishu_credentials:
         return None
     try:
-        fetched = feishu_client.message_get(bot=bot, message_id=parsed.root_msg_id)
-    except feishu_client.FeishuApiError as error:
+        fetched = feishu_reads.message_get(bot=bot, message_id=parsed.root_msg_id)
+    except FeishuApiError as error:
         logger.warning(
             "feishu topic root unreadable",
             extra={"bot": bot.slug, "root_msg_id": parsed.root_msg_id, "code": error.code},
@@ -264,7 +265,7 @@ class FeishuChannel(TurnChannel):
             return None
         try:
             return secrets_redact(quoted_text_read(bot=bot, parsed=parsed), secrets)
-        except feishu_client.FeishuApiError as error:
+        except FeishuApiError as error:
             if error.is_retryable:  # 5xx, transport, rate limit: a later try may read it (item 11)
                 raise PrepareRetryable(f"The quoted message could not be read for now ({error.code}).") from error
             # C7: no prompt, nothing submitted; the user hears why.
@@ -402,7 +403,7 @@ def _finished(send: Callable[[], _Sent]) -> _Sent:
     """Run a delivery; Feishu's refusal becomes the runner's DeliveryRetryable (429, 5xx) or DeliveryPermanent."""
     try:
         return send()
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         reason = f"{error.code} {error.message}"
         if error.is_retryable:
             raise DeliveryRetryable(reason) from error

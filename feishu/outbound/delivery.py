@@ -21,9 +21,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from feishu.outbound import client as feishu_client
 from feishu.inbound.messages import bot_text
 from feishu.models import OutboundDelivery
+from feishu.outbound import sends as feishu_sends
+from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.budget import SendBudget
 from feishu.outbound.cards import (
     CARD_CHUNK_CHARS,
     TEXT_CHUNK_CHARS,
@@ -113,9 +115,9 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
         text=delivery.content, reply_format="markdown_card" if delivery.msg_type == "interactive" else "text"
     )
     try:
-        budget = feishu_client.SendBudget(chat_id=delivery.chat_id)
+        budget = SendBudget(chat_id=delivery.chat_id)
         if delivery.reply_to_message_id:
-            sent = feishu_client.message_reply_content(
+            sent = feishu_sends.message_reply_content(
                 bot=bot,
                 message_id=delivery.reply_to_message_id,
                 msg_type=content.msg_type,
@@ -125,7 +127,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
                 budget=budget,
             )
         else:
-            sent = feishu_client.message_create_content(
+            sent = feishu_sends.message_create_content(
                 bot=bot,
                 chat_id=delivery.chat_id,
                 msg_type=content.msg_type,
@@ -133,7 +135,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
                 uuid=delivery.uuid,
                 budget=budget,
             )
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         delivery.status = OutboundDelivery.Status.FAILED
         delivery.error = f"{error.code}: {error.message}"[:2000]
         delivery.save(update_fields=["status", "error"])
@@ -279,7 +281,7 @@ def notices_deliver(*, deliveries: list[OutboundDelivery]) -> bool:
     for delivery in deliveries:
         try:
             delivery_send(delivery=delivery)
-        except feishu_client.FeishuApiError as error:
+        except FeishuApiError as error:
             logger.warning(
                 "feishu notice not delivered; the sweeper retries it",
                 extra={"bot": delivery.bot.slug, "uuid": delivery.uuid, "code": error.code},

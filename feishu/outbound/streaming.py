@@ -37,8 +37,10 @@ from typing import Any
 from django.conf import settings
 
 from agents.models import Bot
-from feishu.outbound import client as feishu_client
-from feishu.outbound.budget import send_budget_try
+from feishu.outbound import cardkit as feishu_cardkit
+from feishu.outbound import sends as feishu_sends
+from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.budget import SendBudget, send_budget_try
 from feishu.outbound.cards import (
     CARD_CHUNK_CHARS,
     MARKDOWN_ELEMENT_ID,
@@ -173,7 +175,7 @@ class StreamingCard:
             return
         if not send_budget_try(chat_id=self.chat_id, app_id=self.bot.feishu_app_id):
             return  # the chat is busy: this text is merged into the next update
-        self._push(body, budget=feishu_client.SendBudget(chat_id=self.chat_id, first_taken=True))
+        self._push(body, budget=SendBudget(chat_id=self.chat_id, first_taken=True))
 
     def finish(self, text: str) -> StreamState:
         """Write the complete text, close streaming; on a refused card, send it as plain replies. Idempotent.
@@ -203,25 +205,25 @@ class StreamingCard:
                 body = self._body()
                 initial = body if len(body) <= self.card_chars else state.carry
                 card = markdown_card(text=initial or STREAMING_PLACEHOLDER, streaming=True)
-                state.card_id = feishu_client.card_create(
-                    bot=self.bot, card=card, sleep=self.sleep, budget=feishu_client.SendBudget(chat_id="")
+                state.card_id = feishu_cardkit.card_create(
+                    bot=self.bot, card=card, sleep=self.sleep, budget=SendBudget(chat_id="")
                 )
                 state.sequence, state.shown, state.opened_at, state.message_id = 0, initial, self.now(), ""
                 self.on_state(state)  # stored before the reply that carries it: a re-run replies with this card
             if not state.message_id:
-                sent = feishu_client.message_reply_content(
+                sent = feishu_sends.message_reply_content(
                     bot=self.bot,
                     message_id=self.reply_to_message_id,
                     msg_type="interactive",
-                    content=feishu_client.card_reference(state.card_id),
+                    content=feishu_cardkit.card_reference(state.card_id),
                     uuid=stream_uuid(uuid_base=self.uuid_base, kind="c", index=state.card_index),
                     reply_in_thread=self.reply_in_thread,
                     sleep=self.sleep,
-                    budget=feishu_client.SendBudget(chat_id=self.chat_id),
+                    budget=SendBudget(chat_id=self.chat_id),
                 )
                 state.message_id = sent.message_id
                 self.on_state(state)
-        except feishu_client.FeishuApiError as error:
+        except FeishuApiError as error:
             if error.is_retryable:
                 if self._final:
                     raise
@@ -242,7 +244,7 @@ class StreamingCard:
     def _body(self) -> str:
         return self.state.carry + self._text[self._rest_start() :]
 
-    def _push(self, body: str, *, budget: "feishu_client.SendBudget") -> bool:
+    def _push(self, body: str, *, budget: SendBudget) -> bool:
         state = self.state
         previous = state.shown
         state.sequence += 1
@@ -250,7 +252,7 @@ class StreamingCard:
         self.on_state(state)  # the sequence is stored before it is used: a re-run never reuses it
         self._last_push = self.monotonic()
         try:
-            feishu_client.card_element_content_update(
+            feishu_cardkit.card_element_content_update(
                 bot=self.bot,
                 card_id=state.card_id,
                 element_id=MARKDOWN_ELEMENT_ID,
@@ -259,7 +261,7 @@ class StreamingCard:
                 sleep=self.sleep,
                 budget=budget,
             )
-        except feishu_client.FeishuApiError as error:
+        except FeishuApiError as error:
             if error.code in STREAMING_ENDED_CODES:
                 # Feishu closed streaming (its time limit came first): the card keeps what it showed before;
                 # the rest continues in a new card.
@@ -286,13 +288,13 @@ class StreamingCard:
         as a card's ending took before the budget moved into `feishu_call` (the close's first request rides on
         the update's). Whether the close went through (False once fallen back)."""
         self._wait_gap()
-        close_budget = feishu_client.SendBudget(chat_id=self.chat_id)
+        close_budget = SendBudget(chat_id=self.chat_id)
         if body != self.state.shown:
             push(body, budget=close_budget)
-            close_budget = feishu_client.SendBudget(chat_id=self.chat_id, first_taken=True)
+            close_budget = SendBudget(chat_id=self.chat_id, first_taken=True)
         return self._close_current(summary_of=summary_of, budget=close_budget)
 
-    def _close_current(self, *, summary_of: str, budget: "feishu_client.SendBudget") -> bool:
+    def _close_current(self, *, summary_of: str, budget: SendBudget) -> bool:
         """Streaming off with a summary (the chat list shows it instead of "[generating]")."""
         state = self.state
         if state.is_fallback:
@@ -302,7 +304,7 @@ class StreamingCard:
         self._wait_gap()
         self._last_push = self.monotonic()
         try:
-            feishu_client.card_settings_update(
+            feishu_cardkit.card_settings_update(
                 bot=self.bot,
                 card_id=state.card_id,
                 settings={"config": {"streaming_mode": False, "summary": {"content": card_summary(summary_of)}}},
@@ -310,7 +312,7 @@ class StreamingCard:
                 sleep=self.sleep,
                 budget=budget,
             )
-        except feishu_client.FeishuApiError as error:
+        except FeishuApiError as error:
             if error.code in STREAMING_ENDED_CODES:
                 return True  # already closed by Feishu: the content stands
             if error.is_retryable and self._final:
@@ -351,14 +353,14 @@ class StreamingCard:
         state.carry = fence + "\n" if fence else ""
         self.on_state(state)
 
-    def _push_closing(self, body: str, *, budget: "feishu_client.SendBudget") -> None:
+    def _push_closing(self, body: str, *, budget: SendBudget) -> None:
         state = self.state
         state.sequence += 1
         state.shown = body
         self.on_state(state)
         self._last_push = self.monotonic()
         try:
-            feishu_client.card_element_content_update(
+            feishu_cardkit.card_element_content_update(
                 bot=self.bot,
                 card_id=state.card_id,
                 element_id=MARKDOWN_ELEMENT_ID,
@@ -367,14 +369,14 @@ class StreamingCard:
                 sleep=self.sleep,
                 budget=budget,
             )
-        except feishu_client.FeishuApiError as error:
+        except FeishuApiError as error:
             logger.warning(
                 "feishu card final update refused before rollover",
                 extra={"bot": self.bot.slug, "code": error.code, "card_id": state.card_id},
             )
 
     # --- fallback: plain replies with the whole text -------------------------------------------------------------
-    def _fall_back(self, error: "feishu_client.FeishuApiError", *, step: str) -> None:
+    def _fall_back(self, error: FeishuApiError, *, step: str) -> None:
         logger.warning(
             "feishu streaming card refused, falling back to a plain reply",
             extra={"bot": self.bot.slug, "step": step, "code": error.code},

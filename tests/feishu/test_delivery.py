@@ -8,10 +8,10 @@ import pytest
 from django.conf import settings
 
 from agents.models import Turn
-from feishu.outbound import client as feishu_client
 from feishu.models import OutboundDelivery
-from feishu.outbound.delivery import deliveries_prepare, delivery_send
-from feishu.outbound.delivery import TEXT_CHUNK_CHARS, delivery_uuid
+from feishu.outbound import client as feishu_client
+from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.delivery import TEXT_CHUNK_CHARS, deliveries_prepare, delivery_send, delivery_uuid
 from tests.agents.factories import ThreadFactory
 
 pytestmark = pytest.mark.django_db
@@ -134,7 +134,7 @@ def test_f3_permanent_error_marks_the_row_failed(feishu_stub, make_feishu_bot):
     [row] = _rows(bot, _turn(bot))
     feishu_stub.fail_next("reply", status=400, code=230002, msg="Bot is not in the chat")
 
-    with pytest.raises(feishu_client.FeishuApiError) as raised:
+    with pytest.raises(FeishuApiError) as raised:
         delivery_send(delivery=row)
 
     assert raised.value.code == 230002
