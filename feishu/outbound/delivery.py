@@ -33,7 +33,7 @@ from feishu.outbound.cards import (
     markdown_chunks,
     outbound_content,
 )
-from feishu.outbound.streaming import StreamState, stream_uuid
+from feishu.outbound.stream_state import StreamState, stream_uuid
 
 logger = logging.getLogger(__name__)
 

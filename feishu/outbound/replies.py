@@ -25,7 +25,8 @@ from feishu.outbound import sends as feishu_sends
 from feishu.outbound.api_errors import FeishuApiError
 from feishu.outbound.budget import SendBudget
 from feishu.outbound.delivery import delivery_uuid, plain_replies_send, stream_deliveries_record
-from feishu.outbound.streaming import StreamingCard, StreamState
+from feishu.outbound.stream_state import StreamState
+from feishu.outbound.streaming import StreamingCard
 
 logger = logging.getLogger(__name__)
 
