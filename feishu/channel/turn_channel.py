@@ -52,7 +52,7 @@ from feishu.inbound.parsing import ParsedMessage, content_text, message_parse
 from feishu.models import InboundEvent, OutboundDelivery
 from feishu.outbound import reads as feishu_reads
 from feishu.outbound.api_errors import FeishuApiError
-from feishu.outbound.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
+from feishu.outbound.delivery import OutgoingText, deliveries_prepare, deliveries_send, feishu_notice_send
 from feishu.outbound.replies import (
     CardStreamSink,
     receipt_add,
@@ -307,14 +307,16 @@ class FeishuChannel(TurnChannel):
             message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=parsed, text=reply.content))
         else:
             rows = deliveries_prepare(
-                bot=bot,
-                turn=turn,
-                chat_id=parsed.chat_id,
-                reply_to_message_id=parsed.message_id,
-                reply_in_thread=parsed.is_in_topic,
-                text=reply.content,
-                source_message_id=turn.source_message_id,
-                reply_format=bot.reply_format,
+                outgoing=OutgoingText(
+                    bot=bot,
+                    turn=turn,
+                    chat_id=parsed.chat_id,
+                    reply_to_message_id=parsed.message_id,
+                    reply_in_thread=parsed.is_in_topic,
+                    text=reply.content,
+                    source_message_id=turn.source_message_id,
+                    reply_format=bot.reply_format,
+                )
             )
             message_ids = [row.feishu_message_id for row in _send(rows=rows)]
         thread_event_record_agent_output(
@@ -370,14 +372,16 @@ class FeishuAutomationChannel(AutomationChannel):
         if not chat_id:
             return
         rows = deliveries_prepare(
-            bot=turn.bot,
-            turn=turn,
-            chat_id=chat_id,
-            reply_to_message_id="",
-            reply_in_thread=False,
-            text=reply.content,
-            source_message_id=turn.source_message_id,
-            reply_format=turn.bot.reply_format,
+            outgoing=OutgoingText(
+                bot=turn.bot,
+                turn=turn,
+                chat_id=chat_id,
+                reply_to_message_id="",
+                reply_in_thread=False,
+                text=reply.content,
+                source_message_id=turn.source_message_id,
+                reply_format=turn.bot.reply_format,
+            )
         )
         _send(rows=rows)
 

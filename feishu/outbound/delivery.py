@@ -14,6 +14,7 @@ Feishu refuses the card, its plain fallback goes through the chunk path above (`
 
 import hashlib
 import logging
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -53,42 +54,53 @@ def delivery_uuid(*, bot: Bot, source_message_id: str, purpose: str, chunk_index
     return "amux-" + digest[:40]
 
 
-def deliveries_prepare(
-    *,
-    bot: Bot,
-    turn: Turn | None,
-    chat_id: str,
-    reply_to_message_id: str,
-    reply_in_thread: bool,
-    text: str,
-    source_message_id: str,
-    purpose: str = "turn",
-    reply_format: ReplyFormat = "text",
-    first_chunk_index: int = 0,
-) -> list[OutboundDelivery]:
-    """One row per chunk, created before anything is sent; a repeated call returns the same rows.
+@dataclass(frozen=True)
+class OutgoingText:
+    """A text the bridge sends, as rows of chunks: which bot sends it for which turn (None for a notice), where
+    (`chat_id`, and the message it answers unless `reply_to_message_id` is ""), in which format, and what its
+    uuids derive from (`source_message_id` and `purpose`), so the same text asked for twice is the same rows.
 
     `first_chunk_index`: where these chunks start among the turn's messages (a streamed reply's plain fallback
-    comes after the cards it posted); the uuids count from 0 per purpose either way.
+    comes after the cards it posted); the uuids count from 0 per purpose either way."""
+
+    bot: Bot
+    turn: Turn | None
+    chat_id: str
+    reply_to_message_id: str
+    reply_in_thread: bool
+    text: str
+    source_message_id: str
+    purpose: str = "turn"
+    reply_format: ReplyFormat = "text"
+    first_chunk_index: int = 0
+
+
+def deliveries_prepare(*, outgoing: OutgoingText) -> list[OutboundDelivery]:
+    """One row per chunk, created before anything is sent; a repeated call returns the same rows.
 
     Insert first (in a savepoint): a new reply, the common case, costs one INSERT per chunk; the uuid's unique
     constraint turns a repeated call (a re-run's delivery) into a read of the row it made.
     """
     rows = []
-    limit = TEXT_CHUNK_CHARS if reply_format == "text" else CARD_CHUNK_CHARS
-    for index, chunk in enumerate(markdown_chunks(text or " ", limit=limit)):
-        uuid = delivery_uuid(bot=bot, source_message_id=source_message_id, purpose=purpose, chunk_index=index)
+    limit = TEXT_CHUNK_CHARS if outgoing.reply_format == "text" else CARD_CHUNK_CHARS
+    for index, chunk in enumerate(markdown_chunks(outgoing.text or " ", limit=limit)):
+        uuid = delivery_uuid(
+            bot=outgoing.bot,
+            source_message_id=outgoing.source_message_id,
+            purpose=outgoing.purpose,
+            chunk_index=index,
+        )
         try:
             with transaction.atomic():
                 row = OutboundDelivery.objects.create(
                     uuid=uuid,
-                    bot=bot,
-                    turn=turn,
-                    chunk_index=first_chunk_index + index,
-                    chat_id=chat_id,
-                    reply_to_message_id=reply_to_message_id,
-                    reply_in_thread=reply_in_thread,
-                    msg_type=MSG_TYPE_OF_FORMAT[reply_format],
+                    bot=outgoing.bot,
+                    turn=outgoing.turn,
+                    chunk_index=outgoing.first_chunk_index + index,
+                    chat_id=outgoing.chat_id,
+                    reply_to_message_id=outgoing.reply_to_message_id,
+                    reply_in_thread=outgoing.reply_in_thread,
+                    msg_type=MSG_TYPE_OF_FORMAT[outgoing.reply_format],
                     content=chunk,
                 )
         except IntegrityError:  # made by an earlier call (or a concurrent one): that row
@@ -161,31 +173,11 @@ def deliveries_send(*, deliveries: list[OutboundDelivery]) -> list[OutboundDeliv
     return [delivery_send(delivery=delivery) for delivery in deliveries]
 
 
-def plain_replies_send(
-    *,
-    bot: Bot,
-    turn: Turn | None,
-    chat_id: str,
-    reply_to_message_id: str,
-    reply_in_thread: bool,
-    text: str,
-    source_message_id: str,
-    purpose: str,
-    first_chunk_index: int = 0,
-) -> list[str]:
-    """A whole text as plain text replies, rows first (fixed uuids: a repeated call sends only what is not sent
-    yet); the message ids, in order. The streaming card's fallback. Raises FeishuApiError as `delivery_send`."""
-    rows = deliveries_prepare(
-        bot=bot,
-        turn=turn,
-        chat_id=chat_id,
-        reply_to_message_id=reply_to_message_id,
-        reply_in_thread=reply_in_thread,
-        text=text,
-        source_message_id=source_message_id,
-        purpose=purpose,
-        first_chunk_index=first_chunk_index,
-    )
+def plain_replies_send(*, outgoing: OutgoingText) -> list[str]:
+    """A whole text as plain text replies (whatever `reply_format` says), rows first (fixed uuids: a repeated
+    call sends only what is not sent yet); the message ids, in order. The streaming card's fallback. Raises
+    FeishuApiError as `delivery_send`."""
+    rows = deliveries_prepare(outgoing=replace(outgoing, reply_format="text"))
     return [row.feishu_message_id for row in deliveries_send(deliveries=rows)]
 
 
@@ -263,14 +255,16 @@ def feishu_notice_send(
     (source, purpose), never one per chat.
     """
     rows = deliveries_prepare(
-        bot=bot,
-        turn=None,
-        chat_id=chat_id,
-        reply_to_message_id=reply_to_message_id,
-        reply_in_thread=reply_in_thread,
-        text=bot_text(bot=bot, text=text),  # the bridge's fixed texts speak the bot's language (A3)
-        source_message_id=source_key or reply_to_message_id or chat_id,
-        purpose=purpose,
+        outgoing=OutgoingText(
+            bot=bot,
+            turn=None,
+            chat_id=chat_id,
+            reply_to_message_id=reply_to_message_id,
+            reply_in_thread=reply_in_thread,
+            text=bot_text(bot=bot, text=text),  # the bridge's fixed texts speak the bot's language (A3)
+            source_message_id=source_key or reply_to_message_id or chat_id,
+            purpose=purpose,
+        )
     )
     transaction.on_commit(lambda: notices_deliver(deliveries=rows))
     return rows

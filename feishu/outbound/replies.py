@@ -24,7 +24,7 @@ from feishu.inbound.parsing import ParsedMessage
 from feishu.outbound import sends as feishu_sends
 from feishu.outbound.api_errors import FeishuApiError
 from feishu.outbound.budget import SendBudget
-from feishu.outbound.delivery import delivery_uuid, plain_replies_send, stream_deliveries_record
+from feishu.outbound.delivery import OutgoingText, delivery_uuid, plain_replies_send, stream_deliveries_record
 from feishu.outbound.stream_state import StreamState
 from feishu.outbound.streaming import StreamingCard
 
@@ -138,15 +138,17 @@ def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
 
     def send_plain(text: str, state: StreamState) -> list[str]:
         return plain_replies_send(
-            bot=bot,
-            turn=turn,
-            chat_id=parsed.chat_id,
-            reply_to_message_id=parsed.message_id,
-            reply_in_thread=parsed.is_in_topic,
-            text=text,
-            source_message_id=turn.source_message_id,
-            purpose=STREAM_FALLBACK_PURPOSE,
-            first_chunk_index=len(state.card_message_ids),  # after the cards' rows
+            outgoing=OutgoingText(
+                bot=bot,
+                turn=turn,
+                chat_id=parsed.chat_id,
+                reply_to_message_id=parsed.message_id,
+                reply_in_thread=parsed.is_in_topic,
+                text=text,
+                source_message_id=turn.source_message_id,
+                purpose=STREAM_FALLBACK_PURPOSE,
+                first_chunk_index=len(state.card_message_ids),  # after the cards' rows
+            )
         )
 
     return StreamingCard(

@@ -11,7 +11,7 @@ from agents.models import Turn
 from feishu.models import OutboundDelivery
 from feishu.outbound import client as feishu_client
 from feishu.outbound.api_errors import FeishuApiError
-from feishu.outbound.delivery import TEXT_CHUNK_CHARS, deliveries_prepare, delivery_send, delivery_uuid
+from feishu.outbound.delivery import TEXT_CHUNK_CHARS, OutgoingText, deliveries_prepare, delivery_send, delivery_uuid
 from tests.agents.factories import ThreadFactory
 
 pytestmark = pytest.mark.django_db
@@ -28,13 +28,15 @@ def _turn(bot, source="om_src"):
 
 def _rows(bot, turn, text="the answer", reply_in_thread=True):
     return deliveries_prepare(
-        bot=bot,
-        turn=turn,
-        chat_id="oc_group",
-        reply_to_message_id=turn.source_message_id,
-        reply_in_thread=reply_in_thread,
-        text=text,
-        source_message_id=turn.source_message_id,
+        outgoing=OutgoingText(
+            bot=bot,
+            turn=turn,
+            chat_id="oc_group",
+            reply_to_message_id=turn.source_message_id,
+            reply_in_thread=reply_in_thread,
+            text=text,
+            source_message_id=turn.source_message_id,
+        )
     )
 
 

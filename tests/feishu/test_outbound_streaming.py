@@ -11,7 +11,7 @@ import pytest
 
 from feishu.models import OutboundDelivery
 from feishu.outbound import stream_throttle
-from feishu.outbound.delivery import delivery_uuid, plain_replies_send
+from feishu.outbound.delivery import OutgoingText, delivery_uuid, plain_replies_send
 from feishu.outbound.stream_state import StreamState
 from feishu.outbound.streaming import StreamingCard
 
@@ -29,15 +29,17 @@ def _card(bot, stored: list[dict], *, state: StreamState | None = None, **option
 
     def send_plain(text: str, state: StreamState) -> list[str]:  # as the turn's: delivery's chunk path
         return plain_replies_send(
-            bot=bot,
-            turn=None,
-            chat_id="oc_group",
-            reply_to_message_id="om_src",
-            reply_in_thread=True,
-            text=text,
-            source_message_id="om_src",
-            purpose=FALLBACK_PURPOSE,
-            first_chunk_index=len(state.card_message_ids),
+            outgoing=OutgoingText(
+                bot=bot,
+                turn=None,
+                chat_id="oc_group",
+                reply_to_message_id="om_src",
+                reply_in_thread=True,
+                text=text,
+                source_message_id="om_src",
+                purpose=FALLBACK_PURPOSE,
+                first_chunk_index=len(state.card_message_ids),
+            )
         )
 
     return StreamingCard(
