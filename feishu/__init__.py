@@ -2,10 +2,11 @@
 
 lark-oapi is the heaviest import of the project (10,728 modules, ~5 s of CPU and ~150 MB; loaded slimly by
 `feishu.outbound.sdk` still ~970 modules, ~1 s and ~30 MB; issue 11) and most processes never call Feishu:
-`manage.py check`, `migrate`, `feishu_context_explain`, beat. The two modules that import it at their top,
-`client` (every outbound call) and `webhook` (the event handler), are therefore registered here as lazy modules
-(importlib's LazyLoader): `from feishu.outbound import client` binds the module object at once and runs its body,
-lark-oapi with it, on the first attribute read. Nothing else changes for a caller, a test's monkeypatch included.
+`manage.py check`, `migrate`, `feishu_context_explain`, beat. The modules that import it at their top, the
+outbound calls (`client`, `sends`, `cardkit`, `reads`) and `webhook` (the event handler), are therefore
+registered here as lazy modules (importlib's LazyLoader): `from feishu.outbound import client` binds the module
+object at once and runs its body, lark-oapi with it, on the first attribute read. Nothing else changes for a
+caller, a test's monkeypatch included.
 
 A process that talks to Feishu loads them before its first request with `lark_modules_load()`: the WSGI app
 (`amuxweb/wsgi.py`; gunicorn `--preload` loads it once in the master so workers share the pages by fork) and
@@ -17,7 +18,13 @@ import sys
 import types
 
 # The bridge's modules that import lark-oapi at their top (longconn too, but only `feishu_connect` loads it).
-LARK_MODULES = ("feishu.outbound.client", "feishu.inbound.webhook")
+LARK_MODULES = (
+    "feishu.outbound.client",
+    "feishu.outbound.sends",
+    "feishu.outbound.cardkit",
+    "feishu.outbound.reads",
+    "feishu.inbound.webhook",
+)
 
 
 def _lazy_module_register(name: str) -> None:

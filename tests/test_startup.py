@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from feishu import LARK_MODULES
 from bench.bench_startup import OUR_PACKAGES
+from feishu import LARK_MODULES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 HEAVY_SDKS = ("lark_oapi", "openai", "anthropic", "google.genai")
@@ -169,7 +169,7 @@ def test_the_celery_worker_boot_loads_lark_oapi_before_the_pool_forks(tmp_path):
     # when: a fresh process sends the worker's boot signal
     seen = run_fresh(WORKER_BOOT % {"modules": LARK_MODULES}, database=tmp_path / "db.sqlite3")
     # then: the lazy modules have run their bodies (plain modules now)
-    assert seen == [False, True, ["module", "module"]]
+    assert seen == [False, True, ["module"] * len(LARK_MODULES)]
 
 
 def test_make_install_compiles_the_bytecode_of_every_package_a_process_imports():

@@ -18,7 +18,7 @@ Anything too big, of a refused type or that fails to download becomes a note say
 
 lark_oapi.channel has a media download too (`safety.media_pipeline`, an SSRF guard for URLs the bot fetches);
 the hub only ever asks Feishu's own API for a message's resource by key, so it keeps its capped client call
-(`client.message_resource_get`), which stops reading past the cap.
+(`reads.message_resource_get`), which stops reading past the cap.
 """
 
 import logging
@@ -30,7 +30,6 @@ from django.conf import settings
 from agents.llm.base import ImageInput
 from agents.models import Bot
 from agents.services.turns import TurnAttachments
-from feishu.outbound import client as feishu_client
 from feishu.inbound.parsing import (
     ATTACHMENT_FILE,
     ATTACHMENT_FORWARD,
@@ -41,6 +40,8 @@ from feishu.inbound.parsing import (
     content_text,
     size_text,
 )
+from feishu.outbound import reads as feishu_reads
+from feishu.outbound.api_errors import FeishuApiError, ResourceTooLarge
 from threadcontext.services import Mention, normalise_mentions, secrets_redact
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def text_decode(data: bytes) -> str | None:
     return None if "\0" in text else text
 
 
-def _download_reason(error: "feishu_client.FeishuApiError") -> str:  # a string: the client module is lazy
+def _download_reason(error: FeishuApiError) -> str:
     return f"Feishu code {error.code}" if error.code else "no answer"
 
 
@@ -167,14 +168,14 @@ def _image(*, bot: Bot, parsed: ParsedMessage, attachment: Attachment, vision: b
         return
     limit = settings.FEISHU_ATTACHMENT_IMAGE_MAX_BYTES
     try:
-        resource = feishu_client.message_resource_get(
+        resource = feishu_reads.message_resource_get(
             bot=bot, message_id=parsed.message_id, file_key=attachment.key, type="image", max_bytes=limit
         )
-    except feishu_client.ResourceTooLarge as error:
+    except ResourceTooLarge as error:
         sized = Attachment(kind=attachment.kind, key=attachment.key, size=error.size)
         out.notes.append(sized.label(NOTE_TOO_LARGE.format(limit=size_text(limit))))
         return
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         _log_failed(bot=bot, parsed=parsed, attachment=attachment, error=error)
         out.notes.append(attachment.label(NOTE_DOWNLOAD_FAILED.format(reason=_download_reason(error))))
         return
@@ -192,15 +193,15 @@ def _file(*, bot: Bot, parsed: ParsedMessage, attachment: Attachment, out: _Coll
     # Any other file is only probed for its size: a cap of 0 bytes stops at the Content-Length.
     limit = settings.FEISHU_ATTACHMENT_TEXT_MAX_BYTES if text_file else 0
     try:
-        resource = feishu_client.message_resource_get(
+        resource = feishu_reads.message_resource_get(
             bot=bot, message_id=parsed.message_id, file_key=attachment.key, type="file", max_bytes=limit
         )
-    except feishu_client.ResourceTooLarge as error:
+    except ResourceTooLarge as error:
         sized = Attachment(kind=attachment.kind, key=attachment.key, name=attachment.name, size=error.size)
         note = NOTE_TOO_LARGE.format(limit=size_text(limit)) if text_file else NOTE_NOT_TEXT
         out.notes.append(sized.label(note))
         return
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         _log_failed(bot=bot, parsed=parsed, attachment=attachment, error=error)
         out.notes.append(attachment.label(NOTE_DOWNLOAD_FAILED.format(reason=_download_reason(error))))
         return
@@ -228,8 +229,8 @@ def _inline(*, sized: Attachment, body: str, out: _Collected) -> None:
 def _forward(*, bot: Bot, parsed: ParsedMessage, out: _Collected) -> None:
     forward = Attachment(kind=ATTACHMENT_FORWARD, key="")
     try:
-        items = feishu_client.message_items_get(bot=bot, message_id=parsed.message_id)
-    except feishu_client.FeishuApiError as error:
+        items = feishu_reads.message_items_get(bot=bot, message_id=parsed.message_id)
+    except FeishuApiError as error:
         _log_failed(bot=bot, parsed=parsed, attachment=forward, error=error)
         out.notes.append(forward.label(NOTE_DOWNLOAD_FAILED.format(reason=_download_reason(error))))
         return
@@ -249,7 +250,7 @@ def _forward(*, bot: Bot, parsed: ParsedMessage, out: _Collected) -> None:
     _inline(sized=Attachment(kind=ATTACHMENT_FORWARD, key="", name=count), body="\n".join(lines), out=out)
 
 
-def _log_failed(*, bot: Bot, parsed: ParsedMessage, attachment: Attachment, error: "feishu_client.FeishuApiError"):
+def _log_failed(*, bot: Bot, parsed: ParsedMessage, attachment: Attachment, error: FeishuApiError):
     logger.warning(
         "feishu attachment not read",
         extra={

@@ -6,10 +6,11 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
 
 - prepare, once: the request (mentions normalised, secrets redacted), the quoted message read online (C7; a
   transient read failure retries, a permanent one tells the user and submits nothing), the topic root when due
-  (read online when not stored, C8), threadcontext's selection and decision; whether the root went in is noted;
+  (read online when not stored, C8), threadcontext's selection and decision; whether the root went in is noted
+  (the reads of the source, the quote and the root: feishu.channel.sources);
 - activation_contract: a discuss turn's contract, rebuilt from its judgement (P9; one source, never the broker);
 - attachments: the message's images and files, read now for this run and never stored (feishu.channel.attachments);
-- started: the receipt reaction on an addressed message (R1, services.replies);
+- started: the receipt reaction on an addressed message (R1, feishu.outbound.replies);
 - stream_sink: for a `markdown_card` bot, the streaming card the model's text is written into while it works,
   its state stored on the turn before each Feishu call (R3), tool steps as collapsed lines;
 - deliver: the card finished with the stored reply (a refused card: one plain reply), or, when no card was
@@ -40,17 +41,19 @@ from agents.services.turns import (
     turn_get_or_create,
 )
 from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
-from feishu.outbound import client as feishu_client
 from feishu.channel.attachments import turn_attachments_fetch
+from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
+from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
 from feishu.inbound.messages import (
     QUOTED_READ_FAILED_TEXT,
     RETIRED_SESSION_TEXT,
     bot_secrets,
     inbound_message_build,
 )
-from feishu.models import InboundEvent, OutboundDelivery
-from feishu.inbound.parsing import ParsedMessage, content_text, message_parse
-from feishu.outbound.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
+from feishu.inbound.parsing import ParsedMessage
+from feishu.models import OutboundDelivery
+from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.delivery import OutgoingText, deliveries_prepare, deliveries_send, feishu_notice_send
 from feishu.outbound.replies import (
     CardStreamSink,
     receipt_add,
@@ -61,20 +64,17 @@ from feishu.outbound.replies import (
     stream_state_get,
     streaming_card_for,
 )
-from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from threadcontext.rendering import prompt_render, request_is_submittable
-from threadcontext.selectors import context_item_text_get, topic_root_text_get, workspace_cached_get
+from threadcontext.selectors import workspace_cached_get
 from threadcontext.services import (
     ContextRequest,
-    Mention,
     context_prompt_prepare,
     normalise_mentions,
     secrets_redact,
     session_binding_mark_topic_root_delivered,
     thread_event_record_agent_output,
-    thread_event_record_topic_root,
 )
 
 logger = logging.getLogger(__name__)
@@ -119,85 +119,6 @@ def discuss_contract_get(*, turn: Turn) -> str:
         ProbeJudgement.objects.filter(turn_id=turn.pk, activated=True).order_by("id").values_list("reason", flat=True)
     ).first()
     return activation_contract(reason=reason) if reason is not None else ""
-
-
-def _mentions(*, bot: Bot, raw: list[dict]) -> list[Mention]:
-    return [
-        Mention(
-            key=str(item.get("key", "")),
-            open_id=str(item.get("id", "")),
-            name=str(item.get("name", "")),
-            is_this_bot=bool(bot.feishu_bot_open_id) and item.get("id") == bot.feishu_bot_open_id,
-        )
-        for item in raw
-    ]
-
-
-# Every hook of a run needs the source message (prepare, attachments, started, the sink, deliver): it is read and
-# parsed once per run and kept on the run's Turn instance (each run claims a fresh one, so nothing outlives it).
-_SOURCE_PARSED_ATTRIBUTE = "_feishu_source_parsed"
-_UNREAD = object()
-
-
-def source_parsed(*, turn: Turn) -> ParsedMessage | None:
-    """The turn's stored Feishu message, parsed; None when it is not stored (any more)."""
-    parsed = getattr(turn, _SOURCE_PARSED_ATTRIBUTE, _UNREAD)
-    if parsed is _UNREAD:
-        event = (
-            InboundEvent.objects.filter(bot_id=turn.bot_id, message_id=turn.source_message_id).only("payload").first()
-        )
-        parsed = message_parse(event.payload) if event is not None else None
-        setattr(turn, _SOURCE_PARSED_ATTRIBUTE, parsed)
-    return parsed
-
-
-def quoted_text_read(*, bot: Bot, parsed: ParsedMessage) -> str:
-    """C7: the replied-to message's text, read online with its mentions normalised (C4); a card without inline text
-    is filled from the local item, this bot's own uncollected output from its delivery row.
-
-    Raises FeishuApiError when the read fails.
-    """
-    fetched = feishu_client.message_get(bot=bot, message_id=parsed.parent_id)
-    text = normalise_mentions(
-        content_text(message_type=fetched.msg_type, content=fetched.content), _mentions(bot=bot, raw=fetched.mentions)
-    )
-    if not text.strip():
-        text = context_item_text_get(chat_id=parsed.chat_id, message_id=parsed.parent_id) or ""
-    if not text.strip():  # this bot's own delivered output that was never collected (e.g. in a DM)
-        delivery = OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parsed.parent_id).first()
-        text = delivery.content if delivery is not None else ""
-    return text
-
-
-def topic_root_fetch(*, bot: Bot, parsed: ParsedMessage) -> str | None:
-    """C8: the root read online by root_msg_id (any sender type) and recorded (mentions normalised there, C4);
-    None when it cannot be read: the prompt goes without it and the root stays due."""
-    if not bot.has_feishu_credentials:
-        return None
-    try:
-        fetched = feishu_client.message_get(bot=bot, message_id=parsed.root_msg_id)
-    except feishu_client.FeishuApiError as error:
-        logger.warning(
-            "feishu topic root unreadable",
-            extra={"bot": bot.slug, "root_msg_id": parsed.root_msg_id, "code": error.code},
-        )
-        return None
-    event, _ = thread_event_record_topic_root(
-        bridge_id=bot.bridge_id,
-        bot_profile=bot.slug,
-        chat_id=parsed.chat_id,
-        root_msg_id=parsed.root_msg_id,
-        text=content_text(message_type=fetched.msg_type, content=fetched.content),
-        sender_id=fetched.sender_id,
-        sender_type=fetched.sender_type or "user",
-        thread_id=fetched.thread_id,
-        mentions=_mentions(bot=bot, raw=fetched.mentions),
-        secrets=bot_secrets(bot),
-    )
-    if event is not None:
-        return event.text
-    # Recorded by an earlier read (the event exists): the stored text.
-    return topic_root_text_get(bridge_id=bot.bridge_id, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id)
 
 
 class FeishuChannel(TurnChannel):
@@ -264,7 +185,7 @@ class FeishuChannel(TurnChannel):
             return None
         try:
             return secrets_redact(quoted_text_read(bot=bot, parsed=parsed), secrets)
-        except feishu_client.FeishuApiError as error:
+        except FeishuApiError as error:
             if error.is_retryable:  # 5xx, transport, rate limit: a later try may read it (item 11)
                 raise PrepareRetryable(f"The quoted message could not be read for now ({error.code}).") from error
             # C7: no prompt, nothing submitted; the user hears why.
@@ -306,14 +227,16 @@ class FeishuChannel(TurnChannel):
             message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=parsed, text=reply.content))
         else:
             rows = deliveries_prepare(
-                bot=bot,
-                turn=turn,
-                chat_id=parsed.chat_id,
-                reply_to_message_id=parsed.message_id,
-                reply_in_thread=parsed.is_in_topic,
-                text=reply.content,
-                source_message_id=turn.source_message_id,
-                reply_format=bot.reply_format,
+                outgoing=OutgoingText(
+                    bot=bot,
+                    turn=turn,
+                    chat_id=parsed.chat_id,
+                    reply_to_message_id=parsed.message_id,
+                    reply_in_thread=parsed.is_in_topic,
+                    text=reply.content,
+                    source_message_id=turn.source_message_id,
+                    reply_format=bot.reply_format,
+                )
             )
             message_ids = [row.feishu_message_id for row in _send(rows=rows)]
         thread_event_record_agent_output(
@@ -369,14 +292,16 @@ class FeishuAutomationChannel(AutomationChannel):
         if not chat_id:
             return
         rows = deliveries_prepare(
-            bot=turn.bot,
-            turn=turn,
-            chat_id=chat_id,
-            reply_to_message_id="",
-            reply_in_thread=False,
-            text=reply.content,
-            source_message_id=turn.source_message_id,
-            reply_format=turn.bot.reply_format,
+            outgoing=OutgoingText(
+                bot=turn.bot,
+                turn=turn,
+                chat_id=chat_id,
+                reply_to_message_id="",
+                reply_in_thread=False,
+                text=reply.content,
+                source_message_id=turn.source_message_id,
+                reply_format=turn.bot.reply_format,
+            )
         )
         _send(rows=rows)
 
@@ -402,7 +327,7 @@ def _finished(send: Callable[[], _Sent]) -> _Sent:
     """Run a delivery; Feishu's refusal becomes the runner's DeliveryRetryable (429, 5xx) or DeliveryPermanent."""
     try:
         return send()
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         reason = f"{error.code} {error.message}"
         if error.is_retryable:
             raise DeliveryRetryable(reason) from error

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
-from feishu.outbound import client as feishu_client
+from feishu.outbound import reads as feishu_reads
+from feishu.outbound.api_errors import FeishuApiError
 from feishu.inbound.messages import (
     HELP_TEXT,
     NEW_SESSION_TEXT,
@@ -78,8 +79,8 @@ def bot_open_id_ensure(*, bot: Bot) -> str:
     if bot.feishu_bot_open_id or not bot.has_feishu_credentials:
         return bot.feishu_bot_open_id
     try:
-        open_id = feishu_client.bot_info_open_id(bot=bot)
-    except feishu_client.FeishuApiError as error:
+        open_id = feishu_reads.bot_info_open_id(bot=bot)
+    except FeishuApiError as error:
         logger.warning("feishu bot info unavailable", extra={"bot": bot.slug, "code": error.code})
         return ""
     if open_id:
@@ -127,7 +128,7 @@ def inbound_message_route(
         bot_open_id = bot_open_id_ensure(bot=bot)
     if not bot_open_id and bot.has_feishu_credentials and parsed.mentions and not parsed.is_direct:
         # F6: without its own open_id the bot cannot tell whether it was @-ed; retry later rather than drop an @.
-        raise feishu_client.FeishuApiError("the bot's open_id is unknown (bot/v3/info failed)")
+        raise FeishuApiError("the bot's open_id is unknown (bot/v3/info failed)")
     if message_is_own_echo(bot=bot, parsed=parsed, bot_open_id=bot_open_id):
         return RouteResult(IGNORED_OWN_ECHO)  # C3: the bot's own message echoed back is never collected
     text = parsed.text_without_mention_keys()
@@ -263,8 +264,8 @@ def chat_mode_annotate(*, bot: Bot, payload: dict) -> dict:
         workspace, _ = workspace_ensure(bot_profile=bot.slug, chat_id=chat_id)
     if bot.has_feishu_credentials and workspace_chat_mode_is_due(workspace=workspace):
         try:
-            info = feishu_client.chat_get(bot=bot, chat_id=chat_id)
-        except feishu_client.FeishuApiError as error:
+            info = feishu_reads.chat_get(bot=bot, chat_id=chat_id)
+        except FeishuApiError as error:
             logger.warning(
                 "feishu chat mode unreadable", extra={"bot": bot.slug, "chat_id": chat_id, "code": error.code}
             )

@@ -1,7 +1,7 @@
 """One send budget per chat and per app (R4): Feishu allows 5 messages per second in a chat, shared by every
 bot in it, and 50 per second per app. Every outbound call of the bridge takes one token from the chat's bucket
 and one from the app's, both or neither, atomically. The send paths do not take it themselves: they pass a
-`feishu_client.SendBudget` and `feishu_call` takes it right before each request leaves (after the bot's
+`SendBudget` and `feishu_call` (feishu/outbound/client.py) takes it right before each request leaves (after the bot's
 tenant token is fetched, and again before a resend after a rate-limit answer), so a request reaches Feishu
 within its token's slot:
 
@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F
 
+from agents.models import Bot
 from feishu.models import SendBudgetBucket
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,24 @@ def send_budget_acquire(*, chat_id: str, app_id: str, sleep: Callable[[float], N
             logger.warning("send budget wait exceeded, sending anyway", extra={"chat_id": chat_id, "app_id": app_id})
             return waited
         sleep(min(wait, MAX_ACQUIRE_WAIT_SECONDS - waited))
+
+
+@dataclass(frozen=True)
+class SendBudget:
+    """Which send budget a call takes (R4): the chat's and the app's; chat_id "" takes only the app's (a
+    CardKit card create, which posts nothing in a chat).
+
+    `first_taken`: the first request's send is already paid for (`send_budget_try` for an intermediate card
+    update, which is skipped rather than delayed; a card close that follows the final update on its send);
+    a resend after a rate-limit answer still takes its own."""
+
+    chat_id: str
+    first_taken: bool = False
+
+    def take(self, *, bot: Bot, sleep: Callable[[float], None], resend: bool) -> None:
+        if self.first_taken and not resend:
+            return
+        send_budget_acquire(chat_id=self.chat_id, app_id=bot.feishu_app_id, sleep=sleep)
 
 
 def _take(buckets: list[Bucket]) -> float:

@@ -1,8 +1,9 @@
-"""Outbound Feishu calls through lark-oapi: one client per bot, errors as values turned into our exceptions.
+"""Outbound Feishu calls through lark-oapi: one client per bot, and the one retry policy every call goes through.
 
-Messages (text, post, interactive: a card JSON or a CardKit card reference), CardKit cards (create, element
-content, settings), reactions and message resources all go through `feishu_call`; the SDK's typed requests
-are used everywhere except the resource download, which streams so an over-size file is refused unread.
+`feishu_call` runs one SDK call for a bot and returns its successful response or raises `FeishuApiError`
+(feishu/outbound/api_errors.py). The calls themselves live by what they do: messages and reactions
+(feishu/outbound/sends.py), CardKit cards (feishu/outbound/cardkit.py), reads and resource downloads
+(feishu/outbound/reads.py); each reaches `feishu_call` through this module's attribute, so there is one seam.
 
 The SDK neither retries nor refreshes an expired token (reference doc §4.1); `feishu_call` does both:
 rate limits (99991400 / HTTP 429 with `x-ogw-ratelimit-reset`, 230020) wait and retry, 99991663 / 99991661
@@ -19,42 +20,23 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import requests
 from django.conf import settings
 
 from agents.models import Bot
-from feishu.outbound.budget import send_budget_acquire
-from feishu.outbound.sandbox import MESSAGE_NOT_FOUND_CODE, SANDBOX_DOMAIN, sandbox_transport_install
+from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.budget import SendBudget
+from feishu.outbound.sandbox import SANDBOX_DOMAIN, sandbox_transport_install
 from feishu.outbound.sdk import (
-    AccessTokenType,
     BaseRequest,
     CardkitService,
     Config,
-    ContentCardElementRequest,
-    ContentCardElementRequestBody,
-    CreateCardRequest,
-    CreateCardRequestBody,
-    CreateMessageReactionRequest,
-    CreateMessageReactionRequestBody,
-    CreateMessageRequest,
-    CreateMessageRequestBody,
-    DeleteMessageReactionRequest,
-    Emoji,
-    GetChatRequest,
-    GetMessageRequest,
-    HttpMethod,
     ImService,
     LogLevel,
     ObtainAccessTokenException,
     RawResponse,
-    ReplyMessageRequest,
-    ReplyMessageRequestBody,
     RequestOption,
-    SettingsCardRequest,
-    SettingsCardRequestBody,
     TokenManager,
     Transport,
     domain_is_origin,
@@ -67,18 +49,12 @@ sandbox_transport_install()
 
 logger = logging.getLogger(__name__)
 
-RATE_LIMIT_CODES = frozenset({99991400, 230020, 11232, 11233, 1000004, 1000005})
 TOKEN_EXPIRED_CODES = frozenset({99991663, 99991661})
 MAX_CALL_ATTEMPTS = 4
 # A rate-limit wait is capped so one worker is never parked for a whole minute; the task retries later.
 MAX_RATE_LIMIT_WAIT_SECONDS = 10.0
 DEFAULT_RATE_LIMIT_WAIT_SECONDS = 1.0
 CLIENT_TIMEOUT_SECONDS = 10.0
-
-# Feishu's resource download: the SDK reads the whole body into memory, so this one call streams by hand.
-MESSAGE_RESOURCE_PATH = "/open-apis/im/v1/messages/{message_id}/resources/{file_key}"
-MESSAGE_RESOURCE_CHUNK_BYTES = 64 * 1024
-MESSAGE_RESOURCE_TOO_LARGE_CODE = -413  # ours, not Feishu's: the file is larger than the caller accepts
 
 
 class FeishuClient:
@@ -108,77 +84,15 @@ class FeishuClient:
         request_token_add(self.config, request, option)
         return Transport.execute(self.config, request, option)
 
+    def tenant_token(self) -> str:
+        """The app's tenant token from the SDK's process-wide cache, fetched when absent or expired."""
+        return TokenManager.get_self_tenant_token(self.config)
+
 
 # One client per bot (issue 9.11): the entry is replaced when the bot's credentials or the domain change,
 # never added beside the old one, so saving a bot a thousand times keeps one client.
 _clients: dict[int, tuple[tuple[str, str, str], FeishuClient]] = {}
 _clients_lock = threading.Lock()
-
-
-class FeishuApiError(Exception):
-    def __init__(self, message: str, *, code: int | None = None, http_status: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.http_status = http_status
-
-    @property
-    def is_rate_limited(self) -> bool:
-        return self.code in RATE_LIMIT_CODES or self.http_status == 429
-
-    @property
-    def is_retryable(self) -> bool:
-        """A later try may succeed: rate limits, transport failures (no code), Feishu's own 5xx."""
-        return self.is_rate_limited or self.code is None or (self.http_status or 0) >= 500
-
-
-@dataclass(frozen=True)
-class SendBudget:
-    """Which send budget a call takes (R4): the chat's and the app's; chat_id "" takes only the app's (a
-    CardKit card create, which posts nothing in a chat).
-
-    `first_taken`: the first request's send is already paid for (`send_budget_try` for an intermediate card
-    update, which is skipped rather than delayed; a card close that follows the final update on its send);
-    a resend after a rate-limit answer still takes its own."""
-
-    chat_id: str
-    first_taken: bool = False
-
-    def take(self, *, bot: Bot, sleep: Callable[[float], None], resend: bool) -> None:
-        if self.first_taken and not resend:
-            return
-        send_budget_acquire(chat_id=self.chat_id, app_id=bot.feishu_app_id, sleep=sleep)
-
-
-@dataclass(frozen=True)
-class SentMessage:
-    message_id: str
-    thread_id: str = ""
-
-
-@dataclass(frozen=True)
-class FetchedMessage:
-    """One message read back with im.v1.message.get (API shape: msg_type, body.content, string mention ids)."""
-
-    message_id: str
-    msg_type: str
-    content: dict[str, Any]
-    sender_id: str = ""
-    sender_type: str = ""
-    root_id: str = ""
-    parent_id: str = ""
-    thread_id: str = ""
-    mentions: list[dict[str, Any]] = field(default_factory=list)
-    upper_message_id: str = ""  # a merge_forward's child: the forward it belongs to
-
-
-@dataclass(frozen=True)
-class MessageResource:
-    """A message's image or file, read at turn time (G7); never stored as bytes."""
-
-    content: bytes
-    name: str
-    mime: str
 
 
 def lark_client_get(*, bot: Bot) -> FeishuClient:
@@ -203,7 +117,7 @@ def bot_ready(*, bot: Bot) -> FeishuClient:
     and answers it as `feishu_call` knows (transport error, token codes)."""
     client = lark_client_get(bot=bot)
     try:
-        TokenManager.get_self_tenant_token(client.config)
+        client.tenant_token()
     except (ObtainAccessTokenException, OSError, ValueError):
         logger.info("feishu tenant token not fetched ahead of the call", extra={"bot": bot.slug})
     return client
@@ -297,306 +211,7 @@ def feishu_call(
     raise last_error
 
 
-def card_reference(card_id: str) -> dict[str, Any]:
-    """The `interactive` content that sends an existing CardKit card (what streaming updates then change)."""
-    return {"type": "card", "data": {"card_id": card_id}}
-
-
-def message_reply_content(
-    *,
-    bot: Bot,
-    message_id: str,
-    msg_type: str,
-    content: dict[str, Any],
-    uuid: str,
-    reply_in_thread: bool,
-    sleep: Callable[[float], None] | None = None,
-    budget: SendBudget | None = None,
-) -> SentMessage:
-    """Reply with any msg_type: text `{"text"}`, post `{"zh_cn": ...}`, interactive (card JSON or reference)."""
-    body = (
-        ReplyMessageRequestBody.builder()
-        .content(json.dumps(content, ensure_ascii=False))
-        .msg_type(msg_type)
-        .reply_in_thread(reply_in_thread)
-        .uuid(uuid)
-        .build()
-    )
-    request = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
-    response = feishu_call(
-        bot=bot, operation="message.reply", call=lambda c: c.im.v1.message.reply(request), sleep=sleep, budget=budget
-    )
-    return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
-
-
-def message_create_content(
-    *,
-    bot: Bot,
-    chat_id: str,
-    msg_type: str,
-    content: dict[str, Any],
-    uuid: str,
-    sleep: Callable[[float], None] | None = None,
-    budget: SendBudget | None = None,
-) -> SentMessage:
-    body = (
-        CreateMessageRequestBody.builder()
-        .receive_id(chat_id)
-        .msg_type(msg_type)
-        .content(json.dumps(content, ensure_ascii=False))
-        .uuid(uuid)
-        .build()
-    )
-    request = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
-    response = feishu_call(
-        bot=bot, operation="message.create", call=lambda c: c.im.v1.message.create(request), sleep=sleep, budget=budget
-    )
-    return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
-
-
-def message_reply(
-    *,
-    bot: Bot,
-    message_id: str,
-    text: str,
-    uuid: str,
-    reply_in_thread: bool,
-    sleep: Callable[[float], None] | None = None,
-    budget: SendBudget | None = None,
-) -> SentMessage:
-    return message_reply_content(
-        bot=bot,
-        message_id=message_id,
-        msg_type="text",
-        content={"text": text},
-        uuid=uuid,
-        reply_in_thread=reply_in_thread,
-        sleep=sleep,
-        budget=budget,
-    )
-
-
-def message_create(
-    *,
-    bot: Bot,
-    chat_id: str,
-    text: str,
-    uuid: str,
-    sleep: Callable[[float], None] | None = None,
-    budget: SendBudget | None = None,
-) -> SentMessage:
-    return message_create_content(
-        bot=bot, chat_id=chat_id, msg_type="text", content={"text": text}, uuid=uuid, sleep=sleep, budget=budget
-    )
-
-
-def card_create(
-    *, bot: Bot, card: dict[str, Any], sleep: Callable[[float], None] | None = None, budget: SendBudget | None = None
-) -> str:
-    """CardKit `card.create` of a JSON 2.0 card (streaming_mode in its config) -> card_id."""
-    body = CreateCardRequestBody.builder().type("card_json").data(json.dumps(card, ensure_ascii=False)).build()
-    request = CreateCardRequest.builder().request_body(body).build()
-    response = feishu_call(
-        bot=bot, operation="card.create", call=lambda c: c.cardkit.v1.card.create(request), sleep=sleep, budget=budget
-    )
-    return str(response.data.card_id or "")
-
-
-def card_element_content_update(
-    *,
-    bot: Bot,
-    card_id: str,
-    element_id: str,
-    content: str,
-    sequence: int,
-    uuid: str = "",
-    sleep: Callable[[float], None] | None = None,
-    budget: SendBudget | None = None,
-) -> None:
-    """The streaming update: the element's full text; Feishu refuses a sequence not above the card's last."""
-    builder = ContentCardElementRequestBody.builder().content(content).sequence(sequence)
-    if uuid:
-        builder = builder.uuid(uuid)
-    request = (
-        ContentCardElementRequest.builder()
-        .card_id(card_id)
-        .element_id(element_id)
-        .request_body(builder.build())
-        .build()
-    )
-    feishu_call(
-        bot=bot,
-        operation="card.element.content",
-        call=lambda c: c.cardkit.v1.card_element.content(request),
-        sleep=sleep,
-        budget=budget,
-    )
-
-
-def card_settings_update(
-    *,
-    bot: Bot,
-    card_id: str,
-    settings: dict[str, Any],
-    sequence: int,
-    uuid: str = "",
-    sleep: Callable[[float], None] | None = None,
-    budget: SendBudget | None = None,
-) -> None:
-    """CardKit `card.settings`, e.g. `{"config": {"streaming_mode": False, "summary": {"content": ...}}}`."""
-    builder = SettingsCardRequestBody.builder().settings(json.dumps(settings, ensure_ascii=False)).sequence(sequence)
-    if uuid:
-        builder = builder.uuid(uuid)
-    request = SettingsCardRequest.builder().card_id(card_id).request_body(builder.build()).build()
-    feishu_call(
-        bot=bot,
-        operation="card.settings",
-        call=lambda c: c.cardkit.v1.card.settings(request),
-        sleep=sleep,
-        budget=budget,
-    )
-
-
-def reaction_create(
-    *,
-    bot: Bot,
-    message_id: str,
-    emoji_type: str,
-    sleep: Callable[[float], None] | None = None,
-    budget: SendBudget | None = None,
-) -> str:
-    """Add a reaction (R1 receipt) -> reaction_id, which `reaction_delete` needs."""
-    body = (
-        CreateMessageReactionRequestBody.builder().reaction_type(Emoji.builder().emoji_type(emoji_type).build()).build()
-    )
-    request = CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
-    response = feishu_call(
-        bot=bot,
-        operation="reaction.create",
-        call=lambda c: c.im.v1.message_reaction.create(request),
-        sleep=sleep,
-        budget=budget,
-    )
-    return str(response.data.reaction_id or "")
-
-
-def reaction_delete(
-    *,
-    bot: Bot,
-    message_id: str,
-    reaction_id: str,
-    sleep: Callable[[float], None] | None = None,
-    budget: SendBudget | None = None,
-) -> None:
-    request = DeleteMessageReactionRequest.builder().message_id(message_id).reaction_id(reaction_id).build()
-    feishu_call(
-        bot=bot,
-        operation="reaction.delete",
-        call=lambda c: c.im.v1.message_reaction.delete(request),
-        sleep=sleep,
-        budget=budget,
-    )
-
-
-class ResourceTooLarge(FeishuApiError):
-    """The resource is larger than the caller accepts; it was not read (not retryable)."""
-
-    def __init__(self, *, size: int | None, max_bytes: int) -> None:
-        shown = "unknown" if size is None else str(size)
-        super().__init__(f"resource of {shown} bytes exceeds {max_bytes} bytes", code=MESSAGE_RESOURCE_TOO_LARGE_CODE)
-        self.size = size
-        self.max_bytes = max_bytes
-
-
-def message_resource_get(
-    *,
-    bot: Bot,
-    message_id: str,
-    file_key: str,
-    type: str,  # noqa: A002 - Feishu's own parameter name: "image" | "file"
-    max_bytes: int,
-    sleep: Callable[[float], None] | None = None,
-) -> MessageResource:
-    """Download a message's image or file, refusing one over `max_bytes` by its Content-Length or, when the
-    length is absent or wrong, as soon as more than `max_bytes` have arrived (the rest is never read)."""
-    if type not in ("image", "file"):
-        raise ValueError(f"resource type must be image or file, not {type!r}")
-    if bot.is_sandbox:  # this download bypasses the SDK's transport, so it refuses a sandbox bot itself
-        raise FeishuApiError("a sandbox bot has no message resources", code=MESSAGE_NOT_FOUND_CODE)
-    path = MESSAGE_RESOURCE_PATH.format(
-        message_id=requests.utils.quote(message_id, safe=""), file_key=requests.utils.quote(file_key, safe="")
-    )
-
-    def call(client: FeishuClient) -> Any:
-        token = TokenManager.get_self_tenant_token(client.config)
-        response = requests.get(
-            settings.FEISHU_DOMAIN.rstrip("/") + path,
-            params={"type": type},
-            headers={"Authorization": f"Bearer {token}"},
-            stream=True,
-            timeout=CLIENT_TIMEOUT_SECONDS,
-        )
-        return _StreamedResource(response, max_bytes=max_bytes)
-
-    result = feishu_call(bot=bot, operation="message.resource", call=call, sleep=sleep)
-    return result.resource
-
-
-def message_items_get(
-    *, bot: Bot, message_id: str, sleep: Callable[[float], None] | None = None
-) -> list[FetchedMessage]:
-    """Every item im.v1.message.get answers: the message itself, then, for a merge_forward, its children (each
-    with `upper_message_id`, reference doc §4.5)."""
-    request = GetMessageRequest.builder().message_id(message_id).build()
-    response = feishu_call(bot=bot, operation="message.get", call=lambda c: c.im.v1.message.get(request), sleep=sleep)
-    items = response.data.items or []
-    if not items:
-        raise FeishuApiError("message not found", code=230110)
-    return [_fetched(item, message_id=message_id) for item in items]
-
-
-def message_get(*, bot: Bot, message_id: str, sleep: Callable[[float], None] | None = None) -> FetchedMessage:
-    return message_items_get(bot=bot, message_id=message_id, sleep=sleep)[0]
-
-
-def _fetched(item: Any, *, message_id: str) -> FetchedMessage:
-    try:
-        content = json.loads(item.body.content) if item.body and item.body.content else {}
-    except ValueError:
-        content = {}
-    sender = item.sender
-    return FetchedMessage(
-        message_id=item.message_id or message_id,
-        msg_type=item.msg_type or "",
-        content=content if isinstance(content, dict) else {},
-        sender_id=(sender.id if sender else "") or "",
-        sender_type=(sender.sender_type if sender else "") or "",
-        root_id=item.root_id or "",
-        parent_id=item.parent_id or "",
-        thread_id=item.thread_id or "",
-        mentions=[{"key": m.key, "id": m.id, "name": m.name} for m in (item.mentions or [])],
-        upper_message_id=item.upper_message_id or "",
-    )
-
-
-def bot_info_open_id(*, bot: Bot, sleep: Callable[[float], None] | None = None) -> str:
-    """`GET /open-apis/bot/v3/info` -> bot.open_id (F6); the SDK has no typed call for it."""
-    request = (
-        BaseRequest.builder()
-        .http_method(HttpMethod.GET)
-        .uri("/open-apis/bot/v3/info")
-        .token_types({AccessTokenType.TENANT})
-        .build()
-    )
-
-    def call(client: FeishuClient) -> Any:
-        return _RawResult(client.request(request))
-
-    response = feishu_call(bot=bot, operation="bot.info", call=call, sleep=sleep)
-    return str((response.body.get("bot") or {}).get("open_id") or "")
-
-
-class _RawResult:
+class RawResult:
     """Adapts a raw response (bytes content) to the success()/code/msg shape feishu_call reads, reading it as
     lark.Client.request does: a JSON body carries the code, another 2xx body is a success."""
 
@@ -614,77 +229,3 @@ class _RawResult:
 
     def success(self) -> bool:
         return self.code == 0
-
-
-@dataclass(frozen=True)
-class ChatInfo:
-    """What `im.v1.chat.get` says about a group: its name and whether every message there is a topic (G1)."""
-
-    name: str
-    chat_mode: str  # "group" | "topic" | "p2p"
-    group_message_type: str  # "chat" | "thread" ("" when Feishu does not say)
-
-    @property
-    def is_topic_chat(self) -> bool:
-        """A topic group (chat_mode "topic") or a group in topic form (group_message_type "thread")."""
-        return self.chat_mode == "topic" or self.group_message_type == "thread"
-
-
-def chat_get(*, bot: Bot, chat_id: str, sleep: Callable[[float], None] | None = None) -> ChatInfo:
-    """`GET /open-apis/im/v1/chats/{chat_id}`: the group's name and mode (G1); read once per workspace."""
-    request = GetChatRequest.builder().chat_id(chat_id).build()
-    response = feishu_call(bot=bot, operation="chat.get", call=lambda c: c.im.v1.chat.get(request), sleep=sleep)
-    data = response.data
-    return ChatInfo(
-        name=(data.name if data else "") or "",
-        chat_mode=(data.chat_mode if data else "") or "",
-        group_message_type=(data.group_message_type if data else "") or "",
-    )
-
-
-class _StreamedResource:
-    """A resource download in the success()/code/msg/raw shape feishu_call reads; reads at most max_bytes + 1."""
-
-    def __init__(self, response: requests.Response, *, max_bytes: int) -> None:
-        self.raw = response
-        self.code: int | None = 0
-        self.msg = ""
-        self.resource: MessageResource | None = None
-        with response:
-            mime = response.headers.get("Content-Type", "")
-            if response.status_code >= 300 or mime.startswith("application/json"):
-                try:
-                    body = json.loads(response.raw.read(MESSAGE_RESOURCE_CHUNK_BYTES) or b"{}")
-                except ValueError:
-                    body = {}
-                self.code = body.get("code") if isinstance(body, dict) else None
-                self.msg = (body.get("msg") if isinstance(body, dict) else "") or f"HTTP {response.status_code}"
-                if self.code in (0, None):
-                    self.code = None  # an error without a Feishu code: transport-like, retryable
-                return
-            declared = response.headers.get("Content-Length")
-            size = int(declared) if declared and declared.isdigit() else None
-            if size is not None and size > max_bytes:
-                raise ResourceTooLarge(size=size, max_bytes=max_bytes)
-            chunks: list[bytes] = []
-            received = 0
-            for chunk in response.iter_content(MESSAGE_RESOURCE_CHUNK_BYTES):
-                received += len(chunk)
-                if received > max_bytes:
-                    raise ResourceTooLarge(size=size, max_bytes=max_bytes)
-                chunks.append(chunk)
-            self.resource = MessageResource(
-                content=b"".join(chunks), name=_file_name(response.headers), mime=mime.split(";")[0].strip()
-            )
-
-    def success(self) -> bool:
-        return self.code == 0 and self.resource is not None
-
-
-def _file_name(headers: Any) -> str:
-    disposition = headers.get("Content-Disposition", "")
-    for part in disposition.split(";"):
-        name, _, value = part.strip().partition("=")
-        if name.lower() == "filename":
-            return value.strip().strip('"')
-    return ""

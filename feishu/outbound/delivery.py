@@ -14,6 +14,7 @@ Feishu refuses the card, its plain fallback goes through the chunk path above (`
 
 import hashlib
 import logging
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -21,9 +22,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from feishu.outbound import client as feishu_client
 from feishu.inbound.messages import bot_text
 from feishu.models import OutboundDelivery
+from feishu.outbound import sends as feishu_sends
+from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.budget import SendBudget
 from feishu.outbound.cards import (
     CARD_CHUNK_CHARS,
     TEXT_CHUNK_CHARS,
@@ -31,7 +34,7 @@ from feishu.outbound.cards import (
     markdown_chunks,
     outbound_content,
 )
-from feishu.outbound.streaming import StreamState, stream_uuid
+from feishu.outbound.stream_state import StreamState, stream_uuid
 
 logger = logging.getLogger(__name__)
 
@@ -51,42 +54,53 @@ def delivery_uuid(*, bot: Bot, source_message_id: str, purpose: str, chunk_index
     return "amux-" + digest[:40]
 
 
-def deliveries_prepare(
-    *,
-    bot: Bot,
-    turn: Turn | None,
-    chat_id: str,
-    reply_to_message_id: str,
-    reply_in_thread: bool,
-    text: str,
-    source_message_id: str,
-    purpose: str = "turn",
-    reply_format: ReplyFormat = "text",
-    first_chunk_index: int = 0,
-) -> list[OutboundDelivery]:
-    """One row per chunk, created before anything is sent; a repeated call returns the same rows.
+@dataclass(frozen=True)
+class OutgoingText:
+    """A text the bridge sends, as rows of chunks: which bot sends it for which turn (None for a notice), where
+    (`chat_id`, and the message it answers unless `reply_to_message_id` is ""), in which format, and what its
+    uuids derive from (`source_message_id` and `purpose`), so the same text asked for twice is the same rows.
 
     `first_chunk_index`: where these chunks start among the turn's messages (a streamed reply's plain fallback
-    comes after the cards it posted); the uuids count from 0 per purpose either way.
+    comes after the cards it posted); the uuids count from 0 per purpose either way."""
+
+    bot: Bot
+    turn: Turn | None
+    chat_id: str
+    reply_to_message_id: str
+    reply_in_thread: bool
+    text: str
+    source_message_id: str
+    purpose: str = "turn"
+    reply_format: ReplyFormat = "text"
+    first_chunk_index: int = 0
+
+
+def deliveries_prepare(*, outgoing: OutgoingText) -> list[OutboundDelivery]:
+    """One row per chunk, created before anything is sent; a repeated call returns the same rows.
 
     Insert first (in a savepoint): a new reply, the common case, costs one INSERT per chunk; the uuid's unique
     constraint turns a repeated call (a re-run's delivery) into a read of the row it made.
     """
     rows = []
-    limit = TEXT_CHUNK_CHARS if reply_format == "text" else CARD_CHUNK_CHARS
-    for index, chunk in enumerate(markdown_chunks(text or " ", limit=limit)):
-        uuid = delivery_uuid(bot=bot, source_message_id=source_message_id, purpose=purpose, chunk_index=index)
+    limit = TEXT_CHUNK_CHARS if outgoing.reply_format == "text" else CARD_CHUNK_CHARS
+    for index, chunk in enumerate(markdown_chunks(outgoing.text or " ", limit=limit)):
+        uuid = delivery_uuid(
+            bot=outgoing.bot,
+            source_message_id=outgoing.source_message_id,
+            purpose=outgoing.purpose,
+            chunk_index=index,
+        )
         try:
             with transaction.atomic():
                 row = OutboundDelivery.objects.create(
                     uuid=uuid,
-                    bot=bot,
-                    turn=turn,
-                    chunk_index=first_chunk_index + index,
-                    chat_id=chat_id,
-                    reply_to_message_id=reply_to_message_id,
-                    reply_in_thread=reply_in_thread,
-                    msg_type=MSG_TYPE_OF_FORMAT[reply_format],
+                    bot=outgoing.bot,
+                    turn=outgoing.turn,
+                    chunk_index=outgoing.first_chunk_index + index,
+                    chat_id=outgoing.chat_id,
+                    reply_to_message_id=outgoing.reply_to_message_id,
+                    reply_in_thread=outgoing.reply_in_thread,
+                    msg_type=MSG_TYPE_OF_FORMAT[outgoing.reply_format],
                     content=chunk,
                 )
         except IntegrityError:  # made by an earlier call (or a concurrent one): that row
@@ -113,9 +127,9 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
         text=delivery.content, reply_format="markdown_card" if delivery.msg_type == "interactive" else "text"
     )
     try:
-        budget = feishu_client.SendBudget(chat_id=delivery.chat_id)
+        budget = SendBudget(chat_id=delivery.chat_id)
         if delivery.reply_to_message_id:
-            sent = feishu_client.message_reply_content(
+            sent = feishu_sends.message_reply_content(
                 bot=bot,
                 message_id=delivery.reply_to_message_id,
                 msg_type=content.msg_type,
@@ -125,7 +139,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
                 budget=budget,
             )
         else:
-            sent = feishu_client.message_create_content(
+            sent = feishu_sends.message_create_content(
                 bot=bot,
                 chat_id=delivery.chat_id,
                 msg_type=content.msg_type,
@@ -133,7 +147,7 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
                 uuid=delivery.uuid,
                 budget=budget,
             )
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         delivery.status = OutboundDelivery.Status.FAILED
         delivery.error = f"{error.code}: {error.message}"[:2000]
         delivery.save(update_fields=["status", "error"])
@@ -159,31 +173,11 @@ def deliveries_send(*, deliveries: list[OutboundDelivery]) -> list[OutboundDeliv
     return [delivery_send(delivery=delivery) for delivery in deliveries]
 
 
-def plain_replies_send(
-    *,
-    bot: Bot,
-    turn: Turn | None,
-    chat_id: str,
-    reply_to_message_id: str,
-    reply_in_thread: bool,
-    text: str,
-    source_message_id: str,
-    purpose: str,
-    first_chunk_index: int = 0,
-) -> list[str]:
-    """A whole text as plain text replies, rows first (fixed uuids: a repeated call sends only what is not sent
-    yet); the message ids, in order. The streaming card's fallback. Raises FeishuApiError as `delivery_send`."""
-    rows = deliveries_prepare(
-        bot=bot,
-        turn=turn,
-        chat_id=chat_id,
-        reply_to_message_id=reply_to_message_id,
-        reply_in_thread=reply_in_thread,
-        text=text,
-        source_message_id=source_message_id,
-        purpose=purpose,
-        first_chunk_index=first_chunk_index,
-    )
+def plain_replies_send(*, outgoing: OutgoingText) -> list[str]:
+    """A whole text as plain text replies (whatever `reply_format` says), rows first (fixed uuids: a repeated
+    call sends only what is not sent yet); the message ids, in order. The streaming card's fallback. Raises
+    FeishuApiError as `delivery_send`."""
+    rows = deliveries_prepare(outgoing=replace(outgoing, reply_format="text"))
     return [row.feishu_message_id for row in deliveries_send(deliveries=rows)]
 
 
@@ -261,14 +255,16 @@ def feishu_notice_send(
     (source, purpose), never one per chat.
     """
     rows = deliveries_prepare(
-        bot=bot,
-        turn=None,
-        chat_id=chat_id,
-        reply_to_message_id=reply_to_message_id,
-        reply_in_thread=reply_in_thread,
-        text=bot_text(bot=bot, text=text),  # the bridge's fixed texts speak the bot's language (A3)
-        source_message_id=source_key or reply_to_message_id or chat_id,
-        purpose=purpose,
+        outgoing=OutgoingText(
+            bot=bot,
+            turn=None,
+            chat_id=chat_id,
+            reply_to_message_id=reply_to_message_id,
+            reply_in_thread=reply_in_thread,
+            text=bot_text(bot=bot, text=text),  # the bridge's fixed texts speak the bot's language (A3)
+            source_message_id=source_key or reply_to_message_id or chat_id,
+            purpose=purpose,
+        )
     )
     transaction.on_commit(lambda: notices_deliver(deliveries=rows))
     return rows
@@ -279,7 +275,7 @@ def notices_deliver(*, deliveries: list[OutboundDelivery]) -> bool:
     for delivery in deliveries:
         try:
             delivery_send(delivery=delivery)
-        except feishu_client.FeishuApiError as error:
+        except FeishuApiError as error:
             logger.warning(
                 "feishu notice not delivered; the sweeper retries it",
                 extra={"bot": delivery.bot.slug, "uuid": delivery.uuid, "code": error.code},

@@ -19,11 +19,14 @@ import logging
 from agents.models import Bot, Turn
 from agents.services.turns.channels import StreamSink
 from agents.services.turns.ledger import turn_channel_state_add, turn_channel_state_merge
-from feishu.outbound import client as feishu_client
 from feishu.inbound.messages import bot_text
-from feishu.outbound.streaming import StreamingCard, StreamState
 from feishu.inbound.parsing import ParsedMessage
-from feishu.outbound.delivery import delivery_uuid, plain_replies_send, stream_deliveries_record
+from feishu.outbound import sends as feishu_sends
+from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.budget import SendBudget
+from feishu.outbound.delivery import OutgoingText, delivery_uuid, plain_replies_send, stream_deliveries_record
+from feishu.outbound.stream_state import StreamState
+from feishu.outbound.streaming import StreamingCard
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +72,13 @@ def _reaction_add(*, turn: Turn, parsed: ParsedMessage, key: str, emoji: str) ->
     if not turn_channel_state_add(turn=turn, key=key, value={"emoji": emoji, "reaction_id": "", "removed": False}):
         return  # another run noted it first: it asks for the reaction, never this one too
     try:
-        reaction_id = feishu_client.reaction_create(
+        reaction_id = feishu_sends.reaction_create(
             bot=bot,
             message_id=parsed.message_id,
             emoji_type=emoji,
-            budget=feishu_client.SendBudget(chat_id=parsed.chat_id),
+            budget=SendBudget(chat_id=parsed.chat_id),
         )
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         logger.warning(
             "feishu reaction not added",
             extra={"bot": bot.slug, "turn_id": turn.pk, "emoji": emoji, "code": error.code},
@@ -91,13 +94,13 @@ def _reaction_remove(*, turn: Turn, parsed: ParsedMessage, key: str) -> None:
     if not entry.get("reaction_id") or entry.get("removed"):
         return
     try:
-        feishu_client.reaction_delete(
+        feishu_sends.reaction_delete(
             bot=bot,
             message_id=parsed.message_id,
             reaction_id=entry["reaction_id"],
-            budget=feishu_client.SendBudget(chat_id=parsed.chat_id),
+            budget=SendBudget(chat_id=parsed.chat_id),
         )
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         logger.warning("feishu reaction not removed", extra={"bot": bot.slug, "turn_id": turn.pk, "code": error.code})
         return
     turn_channel_state_merge(turn=turn, values={key: {**entry, "removed": True}})
@@ -135,15 +138,17 @@ def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
 
     def send_plain(text: str, state: StreamState) -> list[str]:
         return plain_replies_send(
-            bot=bot,
-            turn=turn,
-            chat_id=parsed.chat_id,
-            reply_to_message_id=parsed.message_id,
-            reply_in_thread=parsed.is_in_topic,
-            text=text,
-            source_message_id=turn.source_message_id,
-            purpose=STREAM_FALLBACK_PURPOSE,
-            first_chunk_index=len(state.card_message_ids),  # after the cards' rows
+            outgoing=OutgoingText(
+                bot=bot,
+                turn=turn,
+                chat_id=parsed.chat_id,
+                reply_to_message_id=parsed.message_id,
+                reply_in_thread=parsed.is_in_topic,
+                text=text,
+                source_message_id=turn.source_message_id,
+                purpose=STREAM_FALLBACK_PURPOSE,
+                first_chunk_index=len(state.card_message_ids),  # after the cards' rows
+            )
         )
 
     return StreamingCard(
@@ -216,7 +221,7 @@ def stream_card_close_with_notice(*, turn: Turn, parsed: ParsedMessage, text: st
         return False
     try:
         stream_reply_finish(turn=turn, parsed=parsed, text=bot_text(bot=turn.bot, text=text))
-    except feishu_client.FeishuApiError as error:
+    except FeishuApiError as error:
         logger.warning(
             "feishu card not closed with the failure notice",
             extra={"bot": turn.bot.slug, "turn_id": turn.pk, "code": error.code},

@@ -5,7 +5,11 @@ import json
 
 import pytest
 
+from feishu.outbound import cardkit as feishu_cardkit
 from feishu.outbound import client as feishu_client
+from feishu.outbound import reads as feishu_reads
+from feishu.outbound import sends as feishu_sends
+from feishu.outbound.api_errors import FeishuApiError, ResourceTooLarge
 from feishu.outbound.cards import markdown_card
 
 pytestmark = pytest.mark.django_db
@@ -20,8 +24,8 @@ def test_r1_reaction_create_returns_its_id_and_delete_removes_it(feishu_stub, ma
     # given
     bot = make_feishu_bot()
     # when
-    reaction_id = feishu_client.reaction_create(bot=bot, message_id="om_src", emoji_type="OnIt")
-    feishu_client.reaction_delete(bot=bot, message_id="om_src", reaction_id=reaction_id)
+    reaction_id = feishu_sends.reaction_create(bot=bot, message_id="om_src", emoji_type="OnIt")
+    feishu_sends.reaction_delete(bot=bot, message_id="om_src", reaction_id=reaction_id)
     # then
     [create] = feishu_stub.requests_to("reaction_create")
     assert (create.method, create.path) == ("POST", "/open-apis/im/v1/messages/om_src/reactions")
@@ -40,8 +44,8 @@ def test_r1_deleting_an_unknown_reaction_raises_a_feishu_error(feishu_stub, make
     # given
     bot = make_feishu_bot()
     # when
-    with pytest.raises(feishu_client.FeishuApiError) as raised:
-        feishu_client.reaction_delete(bot=bot, message_id="om_src", reaction_id="reaction_none")
+    with pytest.raises(FeishuApiError) as raised:
+        feishu_sends.reaction_delete(bot=bot, message_id="om_src", reaction_id="reaction_none")
     # then
     assert (raised.value.code, raised.value.is_retryable) == (231003, False)
 
@@ -51,11 +55,11 @@ def test_r3_card_create_content_and_settings_reach_cardkit_with_their_sequence(f
     bot = make_feishu_bot()
     card = markdown_card(text="…", streaming=True)
     # when
-    card_id = feishu_client.card_create(bot=bot, card=card)
-    feishu_client.card_element_content_update(
+    card_id = feishu_cardkit.card_create(bot=bot, card=card)
+    feishu_cardkit.card_element_content_update(
         bot=bot, card_id=card_id, element_id="answer", content="# Hi", sequence=1, uuid="u-1"
     )
-    feishu_client.card_settings_update(
+    feishu_cardkit.card_settings_update(
         bot=bot, card_id=card_id, settings={"config": {"streaming_mode": False}}, sequence=2
     )
     # then
@@ -73,11 +77,11 @@ def test_r3_card_create_content_and_settings_reach_cardkit_with_their_sequence(f
 def test_r3_a_sequence_not_above_the_last_is_refused_and_changes_nothing(feishu_stub, make_feishu_bot):
     # given
     bot = make_feishu_bot()
-    card_id = feishu_client.card_create(bot=bot, card=markdown_card(text="…", streaming=True))
-    feishu_client.card_element_content_update(bot=bot, card_id=card_id, element_id="answer", content="new", sequence=2)
+    card_id = feishu_cardkit.card_create(bot=bot, card=markdown_card(text="…", streaming=True))
+    feishu_cardkit.card_element_content_update(bot=bot, card_id=card_id, element_id="answer", content="new", sequence=2)
     # when
-    with pytest.raises(feishu_client.FeishuApiError) as raised:
-        feishu_client.card_element_content_update(
+    with pytest.raises(FeishuApiError) as raised:
+        feishu_cardkit.card_element_content_update(
             bot=bot, card_id=card_id, element_id="answer", content="old", sequence=2
         )
     # then
@@ -88,17 +92,17 @@ def test_r3_a_sequence_not_above_the_last_is_refused_and_changes_nothing(feishu_
 def test_r2_reply_with_a_card_reference_and_with_card_json(feishu_stub, make_feishu_bot):
     # given
     bot = make_feishu_bot()
-    card_id = feishu_client.card_create(bot=bot, card=markdown_card(text="streamed", streaming=True))
+    card_id = feishu_cardkit.card_create(bot=bot, card=markdown_card(text="streamed", streaming=True))
     # when
-    by_reference = feishu_client.message_reply_content(
+    by_reference = feishu_sends.message_reply_content(
         bot=bot,
         message_id="om_src",
         msg_type="interactive",
-        content=feishu_client.card_reference(card_id),
+        content=feishu_cardkit.card_reference(card_id),
         uuid="u-ref",
         reply_in_thread=True,
     )
-    by_json = feishu_client.message_create_content(
+    by_json = feishu_sends.message_create_content(
         bot=bot, chat_id="oc_group", msg_type="interactive", content=markdown_card(text="**bold**"), uuid="u-json"
     )
     # then
@@ -123,8 +127,8 @@ def test_r2_an_invalid_card_is_refused_and_nothing_is_sent(feishu_stub, make_fei
     # given
     bot = make_feishu_bot()
     # when
-    with pytest.raises(feishu_client.FeishuApiError) as raised:
-        feishu_client.message_reply_content(
+    with pytest.raises(FeishuApiError) as raised:
+        feishu_sends.message_reply_content(
             bot=bot,
             message_id="om_src",
             msg_type="interactive",
@@ -144,11 +148,11 @@ def test_issue_12_5_message_resource_get_returns_bytes_name_and_mime(feishu_stub
         message_id="om_img", file_key="img_v3_key", content=b"\x89PNG" + b"x" * 1000, mime="image/png", name="a.png"
     )
     # when
-    resource = feishu_client.message_resource_get(
+    resource = feishu_reads.message_resource_get(
         bot=bot, message_id="om_img", file_key="img_v3_key", type="image", max_bytes=2000
     )
     # then
-    assert resource == feishu_client.MessageResource(content=b"\x89PNG" + b"x" * 1000, name="a.png", mime="image/png")
+    assert resource == feishu_reads.MessageResource(content=b"\x89PNG" + b"x" * 1000, name="a.png", mime="image/png")
     [request] = feishu_stub.requests_to("resource")
     assert request.path == "/open-apis/im/v1/messages/om_img/resources/img_v3_key"
     assert request.query == {"type": ["image"]}
@@ -171,8 +175,8 @@ def test_issue_12_5_an_oversize_resource_is_refused_without_reading_it_all(
         declare_length=declare_length,
     )
     # when
-    with pytest.raises(feishu_client.ResourceTooLarge) as raised:
-        feishu_client.message_resource_get(
+    with pytest.raises(ResourceTooLarge) as raised:
+        feishu_reads.message_resource_get(
             bot=bot, message_id="om_file", file_key="file_key", type="file", max_bytes=1024 * 1024
         )
     # then: refused once, not retried, and the stub never got to write the whole file
@@ -187,8 +191,8 @@ def test_issue_12_5_a_missing_resource_raises_feishu_s_code(feishu_stub, make_fe
     bot = make_feishu_bot()
     feishu_stub.add_resource(message_id="om_img", file_key="key", content=b"png", resource_type="image")
     # when: asked as a file although it is an image
-    with pytest.raises(feishu_client.FeishuApiError) as raised:
-        feishu_client.message_resource_get(bot=bot, message_id="om_img", file_key="key", type="file", max_bytes=10)
+    with pytest.raises(FeishuApiError) as raised:
+        feishu_reads.message_resource_get(bot=bot, message_id="om_img", file_key="key", type="file", max_bytes=10)
     # then
     assert raised.value.code == 234003
 
@@ -198,7 +202,7 @@ def test_r4_a_rate_limited_send_waits_for_x_ogw_ratelimit_reset_then_succeeds(fe
     bot = make_feishu_bot()
     feishu_stub.fail_next("reply", status=429, code=99991400, headers={"x-ogw-ratelimit-reset": "2"})
     # when
-    sent = feishu_client.message_reply(bot=bot, message_id="om_src", text="hi", uuid="u-rl", reply_in_thread=False)
+    sent = feishu_sends.message_reply(bot=bot, message_id="om_src", text="hi", uuid="u-rl", reply_in_thread=False)
     # then
     no_sleep.assert_called_once_with(2.0)
     assert len(feishu_stub.requests_to("reply")) == 2
@@ -210,9 +214,9 @@ def test_r4_the_stub_refuses_a_sixth_message_in_one_second_to_one_chat(feishu_st
     sleep = mocker.spy(feishu_client.time, "sleep")
     bot = make_feishu_bot()
     for index in range(5):
-        feishu_client.message_create(bot=bot, chat_id="oc_busy", text=str(index), uuid=f"u-{index}")
+        feishu_sends.message_create(bot=bot, chat_id="oc_busy", text=str(index), uuid=f"u-{index}")
     # when: the sixth within the second is refused like Feishu does, then retried after the reset
-    feishu_client.message_create(bot=bot, chat_id="oc_busy", text="6", uuid="u-6")
+    feishu_sends.message_create(bot=bot, chat_id="oc_busy", text="6", uuid="u-6")
     # then
     refused = [r for r in feishu_stub.requests_to("create") if r.status == 429]
     assert [r.code for r in refused] == [99991400]

@@ -8,10 +8,10 @@ import pytest
 from django.conf import settings
 
 from agents.models import Turn
-from feishu.outbound import client as feishu_client
 from feishu.models import OutboundDelivery
-from feishu.outbound.delivery import deliveries_prepare, delivery_send
-from feishu.outbound.delivery import TEXT_CHUNK_CHARS, delivery_uuid
+from feishu.outbound import client as feishu_client
+from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.delivery import TEXT_CHUNK_CHARS, OutgoingText, deliveries_prepare, delivery_send, delivery_uuid
 from tests.agents.factories import ThreadFactory
 
 pytestmark = pytest.mark.django_db
@@ -28,13 +28,15 @@ def _turn(bot, source="om_src"):
 
 def _rows(bot, turn, text="the answer", reply_in_thread=True):
     return deliveries_prepare(
-        bot=bot,
-        turn=turn,
-        chat_id="oc_group",
-        reply_to_message_id=turn.source_message_id,
-        reply_in_thread=reply_in_thread,
-        text=text,
-        source_message_id=turn.source_message_id,
+        outgoing=OutgoingText(
+            bot=bot,
+            turn=turn,
+            chat_id="oc_group",
+            reply_to_message_id=turn.source_message_id,
+            reply_in_thread=reply_in_thread,
+            text=text,
+            source_message_id=turn.source_message_id,
+        )
     )
 
 
@@ -134,7 +136,7 @@ def test_f3_permanent_error_marks_the_row_failed(feishu_stub, make_feishu_bot):
     [row] = _rows(bot, _turn(bot))
     feishu_stub.fail_next("reply", status=400, code=230002, msg="Bot is not in the chat")
 
-    with pytest.raises(feishu_client.FeishuApiError) as raised:
+    with pytest.raises(FeishuApiError) as raised:
         delivery_send(delivery=row)
 
     assert raised.value.code == 230002

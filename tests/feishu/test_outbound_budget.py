@@ -12,10 +12,10 @@ import pytest
 import redis
 from django.db import connection
 
-from feishu.outbound import client as feishu_client
 from feishu.models import SendBudgetBucket
 from feishu.outbound import budget
-from feishu.outbound.budget import bucket_take, send_budget_acquire, send_budget_try
+from feishu.outbound import sends as feishu_sends
+from feishu.outbound.budget import SendBudget, bucket_take, send_budget_acquire, send_budget_try
 
 BOTS = 3
 SENDS_PER_BOT = 10
@@ -73,12 +73,12 @@ def _three_bots_send_into_one_chat(bots, stub) -> float:
     def sender(bot) -> None:
         try:
             for index in range(SENDS_PER_BOT):
-                feishu_client.message_create(
+                feishu_sends.message_create(
                     bot=bot,
                     chat_id=CHAT,
                     text=f"{bot.slug} {index}",
                     uuid=f"{bot.slug}-{index}",
-                    budget=feishu_client.SendBudget(chat_id=CHAT),
+                    budget=SendBudget(chat_id=CHAT),
                 )
         except BaseException as error:  # noqa: BLE001 - reported by the test below
             errors.append(error)
@@ -210,13 +210,13 @@ def test_r4_a_redis_that_went_away_never_fails_a_send(settings, private_redis, c
 def _recording_takes(mocker, stub) -> list[int]:
     """Each budget take feishu_call makes, as the number of tenant token fetches the stub had seen by then."""
     takes: list[int] = []
-    real_acquire = feishu_client.send_budget_acquire
+    real_acquire = budget.send_budget_acquire
 
     def acquire(**kwargs):
         takes.append(len(stub.requests_to("token")))
         return real_acquire(**kwargs)
 
-    mocker.patch("feishu.outbound.client.send_budget_acquire", side_effect=acquire)
+    mocker.patch("feishu.outbound.budget.send_budget_acquire", side_effect=acquire)
     return takes
 
 
@@ -230,9 +230,7 @@ def test_r4_a_bots_first_send_takes_its_budget_after_the_tenant_token_is_fetched
     bot = make_feishu_bot()
     takes = _recording_takes(mocker, feishu_stub)
     # when
-    feishu_client.message_create(
-        bot=bot, chat_id=CHAT, text="first", uuid="first-1", budget=feishu_client.SendBudget(chat_id=CHAT)
-    )
+    feishu_sends.message_create(bot=bot, chat_id=CHAT, text="first", uuid="first-1", budget=SendBudget(chat_id=CHAT))
     # then: one take, made once the token was there; the request that followed is the send itself
     assert takes == [1]
     assert [r.route for r in feishu_stub.requests] == ["token", "create"]
@@ -252,13 +250,13 @@ def test_r4_a_resend_after_a_rate_limit_answer_takes_a_send_of_its_own(
     takes = _recording_takes(mocker, feishu_stub)
     waits: list[float] = []
     # when: first_taken is the intermediate card update's case (send_budget_try paid for the first request)
-    feishu_client.message_create(
+    feishu_sends.message_create(
         bot=bot,
         chat_id=CHAT,
         text="again",
         uuid="again-1",
         sleep=waits.append,
-        budget=feishu_client.SendBudget(chat_id=CHAT, first_taken=first_taken),
+        budget=SendBudget(chat_id=CHAT, first_taken=first_taken),
     )
     # then: the resend took its own send before it left, whoever paid for the first request
     assert len(takes) == expected_takes

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from feishu.outbound import client as feishu_client
+from feishu.outbound import sends as feishu_sends
 from feishu.outbound.cards import (
     MARKDOWN_ELEMENT_ID,
     markdown_card,
@@ -108,7 +108,7 @@ def test_r2_a_long_markdown_answer_reaches_the_stub_as_valid_cards_each_with_its
     contents = reply_contents(text=text, reply_format="markdown_card")
     # when
     for index, content in enumerate(contents):
-        feishu_client.message_reply_content(
+        feishu_sends.message_reply_content(
             bot=bot,
             message_id="om_src",
             msg_type=content.msg_type,

@@ -10,9 +10,10 @@ import time
 import pytest
 
 from feishu.models import OutboundDelivery
-from feishu.outbound import streaming
-from feishu.outbound.streaming import StreamingCard, StreamState
-from feishu.outbound.delivery import delivery_uuid, plain_replies_send
+from feishu.outbound import stream_throttle
+from feishu.outbound.delivery import OutgoingText, delivery_uuid, plain_replies_send
+from feishu.outbound.stream_state import StreamState
+from feishu.outbound.streaming import StreamingCard
 
 pytestmark = pytest.mark.django_db
 
@@ -28,15 +29,17 @@ def _card(bot, stored: list[dict], *, state: StreamState | None = None, **option
 
     def send_plain(text: str, state: StreamState) -> list[str]:  # as the turn's: delivery's chunk path
         return plain_replies_send(
-            bot=bot,
-            turn=None,
-            chat_id="oc_group",
-            reply_to_message_id="om_src",
-            reply_in_thread=True,
-            text=text,
-            source_message_id="om_src",
-            purpose=FALLBACK_PURPOSE,
-            first_chunk_index=len(state.card_message_ids),
+            outgoing=OutgoingText(
+                bot=bot,
+                turn=None,
+                chat_id="oc_group",
+                reply_to_message_id="om_src",
+                reply_in_thread=True,
+                text=text,
+                source_message_id="om_src",
+                purpose=FALLBACK_PURPOSE,
+                first_chunk_index=len(state.card_message_ids),
+            )
         )
 
     return StreamingCard(
@@ -115,7 +118,7 @@ def test_r3_updates_per_second_per_card_stay_at_most_10_under_a_fast_producer_wi
 ):
     # given: the budget never says no, the throttle alone keeps the pace; a character every millisecond of a
     # clock the test moves (1.5 s of it), so what is measured is the throttle's decisions, not the machine's speed
-    mocker.patch("feishu.outbound.streaming.send_budget_try", return_value=True)
+    mocker.patch("feishu.outbound.stream_throttle.send_budget_try", return_value=True)
     # the stub's per-card limit counts wall-clock arrivals, which a moved clock compresses: the gaps are asserted
     # on the controller's own clock instead (with the real clock they are the same gaps in real time)
     feishu_stub.rate_limits_enabled = False
@@ -134,9 +137,9 @@ def test_r3_updates_per_second_per_card_stay_at_most_10_under_a_fast_producer_wi
     # then: never two updates closer than 120 ms of the clock (so at most 9 in any second, Feishu allows 10),
     # and none held back longer than that (plus the producer's 1 ms step): it streamed at that pace
     gaps = [later - earlier for earlier, later in zip(pushed_at, pushed_at[1:], strict=False)]
-    assert min(gaps) >= streaming.MIN_UPDATE_GAP_SECONDS - 1e-9
-    assert max(gaps) <= streaming.MIN_UPDATE_GAP_SECONDS + 0.001 + 1e-9
-    assert len(pushed_at) >= 1.5 // (streaming.MIN_UPDATE_GAP_SECONDS + 0.001)
+    assert min(gaps) >= stream_throttle.MIN_UPDATE_GAP_SECONDS - 1e-9
+    assert max(gaps) <= stream_throttle.MIN_UPDATE_GAP_SECONDS + 0.001 + 1e-9
+    assert len(pushed_at) >= 1.5 // (stream_throttle.MIN_UPDATE_GAP_SECONDS + 0.001)
     # the sequences count up one per call, every call was accepted, the card ends with the whole text
     calls = _card_requests(feishu_stub, state.card_id)
     assert [call.body["sequence"] for call in calls] == list(range(1, len(calls) + 1))

@@ -16,7 +16,7 @@ from agents.mcp.client import mcp_connections_close_all
 from agents.models import McpServer, Message, Provider, Turn
 from feishu.models import OutboundDelivery
 from feishu.outbound.cards import CARD_CHUNK_CHARS, TEXT_CHUNK_CHARS
-from feishu.outbound.delivery import deliveries_prepare, deliveries_send
+from feishu.outbound.delivery import OutgoingText, deliveries_prepare, deliveries_send
 from feishu.outbound.replies import tool_step_line
 from tests.agents.factories import LLMModelFactory, ProviderFactory, ThreadFactory
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
@@ -180,14 +180,16 @@ def test_r2_a_code_fence_longer_than_a_chunk_is_split_outside_the_fence(
     turn = Turn.objects.create(bot=bot, thread=ThreadFactory(bot=bot), trigger="mention", source_message_id="om_src")
     # when
     rows = deliveries_prepare(
-        bot=bot,
-        turn=turn,
-        chat_id="oc_group",
-        reply_to_message_id="om_src",
-        reply_in_thread=False,
-        text=text,
-        source_message_id="om_src",
-        reply_format=reply_format,
+        outgoing=OutgoingText(
+            bot=bot,
+            turn=turn,
+            chat_id="oc_group",
+            reply_to_message_id="om_src",
+            reply_in_thread=False,
+            text=text,
+            source_message_id="om_src",
+            reply_format=reply_format,
+        )
     )
     deliveries_send(deliveries=rows)
     # then: several messages, each within the limit, every fence closed in the message that opened it

@@ -87,7 +87,7 @@ import json
 import django
 django.setup()
 import lark_oapi
-from feishu.outbound.client import FeishuClient, _RawResult
+from feishu.outbound.client import FeishuClient, RawResult
 from feishu.outbound.sdk import (AccessTokenType, BaseRequest, CreateMessageRequest, CreateMessageRequestBody,
                                 HttpMethod, LocalCache, TokenManager)
 from tests.stubs.feishu_server import FeishuStubServer
@@ -102,7 +102,7 @@ def calls(client):
         .token_types({AccessTokenType.TENANT}).build()
     raw = client.request(info)
     raw = getattr(raw, "raw", raw)  # lark.Client answers a BaseResponse around the raw one
-    return sent.success(), _RawResult(raw).success()
+    return sent.success(), RawResult(raw).success()
 
 with FeishuStubServer() as stub:
     ours = calls(FeishuClient(app_id="cli_a", app_secret="s", domain=stub.url, timeout_seconds=10.0))

@@ -5,11 +5,14 @@ import pytest
 import requests
 
 from agents.models import Bot
-from feishu.outbound import client as feishu_client
+from console.models import CHAT_ID_PREFIX, MESSAGE_ID_PREFIX
 from feishu.models import SandboxCall
+from feishu.outbound import cardkit as feishu_cardkit
+from feishu.outbound import reads as feishu_reads
+from feishu.outbound import sends as feishu_sends
+from feishu.outbound.api_errors import FeishuApiError
 from feishu.outbound.cards import markdown_card
 from feishu.outbound.sandbox import SANDBOX_CARD_PREFIX, SANDBOX_MESSAGE_PREFIX, SANDBOX_REACTION_PREFIX
-from console.models import CHAT_ID_PREFIX, MESSAGE_ID_PREFIX
 
 pytestmark = pytest.mark.django_db
 
@@ -34,27 +37,27 @@ def test_every_call_of_a_sandbox_bot_is_answered_and_recorded_on_this_machine(ma
     source = MESSAGE_ID_PREFIX + "abc"
 
     # when: every kind of outbound call the bridge makes (text, card, streaming update, settings, reactions)
-    reply = feishu_client.message_reply(bot=bot, message_id=source, text="hi", uuid="u1", reply_in_thread=True)
-    created = feishu_client.message_create(bot=bot, chat_id=CHAT_ID_PREFIX + "x", text="hello", uuid="u2")
-    card_id = feishu_client.card_create(bot=bot, card=markdown_card(text="draft", streaming=True))
-    feishu_client.card_element_content_update(
+    reply = feishu_sends.message_reply(bot=bot, message_id=source, text="hi", uuid="u1", reply_in_thread=True)
+    created = feishu_sends.message_create(bot=bot, chat_id=CHAT_ID_PREFIX + "x", text="hello", uuid="u2")
+    card_id = feishu_cardkit.card_create(bot=bot, card=markdown_card(text="draft", streaming=True))
+    feishu_cardkit.card_element_content_update(
         bot=bot, card_id=card_id, element_id="content", content="draft 2", sequence=1
     )
-    feishu_client.card_settings_update(bot=bot, card_id=card_id, settings={"config": {}}, sequence=2)
-    sent_card = feishu_client.message_reply_content(
+    feishu_cardkit.card_settings_update(bot=bot, card_id=card_id, settings={"config": {}}, sequence=2)
+    sent_card = feishu_sends.message_reply_content(
         bot=bot,
         message_id=source,
         msg_type="interactive",
-        content=feishu_client.card_reference(card_id),
+        content=feishu_cardkit.card_reference(card_id),
         uuid="u3",
         reply_in_thread=False,
     )
-    reaction_id = feishu_client.reaction_create(bot=bot, message_id=source, emoji_type="OnIt")
-    feishu_client.reaction_delete(bot=bot, message_id=source, reaction_id=reaction_id)
-    with pytest.raises(feishu_client.FeishuApiError):
-        feishu_client.message_get(bot=bot, message_id=source)
-    with pytest.raises(feishu_client.FeishuApiError):
-        feishu_client.message_resource_get(bot=bot, message_id=source, file_key="img_1", type="image", max_bytes=10)
+    reaction_id = feishu_sends.reaction_create(bot=bot, message_id=source, emoji_type="OnIt")
+    feishu_sends.reaction_delete(bot=bot, message_id=source, reaction_id=reaction_id)
+    with pytest.raises(FeishuApiError):
+        feishu_reads.message_get(bot=bot, message_id=source)
+    with pytest.raises(FeishuApiError):
+        feishu_reads.message_resource_get(bot=bot, message_id=source, file_key="img_1", type="image", max_bytes=10)
 
     # then: answers in Feishu's shapes, nothing reached the stub (nor any host), every call is recorded
     assert reply.message_id.startswith(SANDBOX_MESSAGE_PREFIX) and reply.thread_id
@@ -88,10 +91,10 @@ def test_a_real_bot_reaches_feishu_even_in_a_chat_or_message_that_looks_like_the
     source = MESSAGE_ID_PREFIX + "abc"
 
     # when
-    feishu_client.message_reply(bot=bot, message_id=source, text="hi", uuid="u1", reply_in_thread=False)
-    feishu_client.message_create(bot=bot, chat_id=CHAT_ID_PREFIX + "x", text="hello", uuid="u2")
-    card_id = feishu_client.card_create(bot=bot, card=markdown_card(text="draft", streaming=True))
-    feishu_client.reaction_create(bot=bot, message_id=source, emoji_type="OnIt")
+    feishu_sends.message_reply(bot=bot, message_id=source, text="hi", uuid="u1", reply_in_thread=False)
+    feishu_sends.message_create(bot=bot, chat_id=CHAT_ID_PREFIX + "x", text="hello", uuid="u2")
+    card_id = feishu_cardkit.card_create(bot=bot, card=markdown_card(text="draft", streaming=True))
+    feishu_sends.reaction_create(bot=bot, message_id=source, emoji_type="OnIt")
 
     # then: every call reached (the stub of) Feishu, none was recorded as a sandbox call
     routes = [request.route for request in feishu_stub.requests if request.route != "token"]

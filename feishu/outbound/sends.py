@@ -1,0 +1,172 @@
+"""What the bridge posts in a chat through lark-oapi: replies and new messages of any msg_type, and reactions.
+
+A message goes out as text `{"text"}`, post `{"zh_cn": ...}` or interactive (a card JSON, or a CardKit card
+by reference: feishu/outbound/cardkit.py), always with the caller's `uuid`, so Feishu itself drops a second send
+of the same message (F3). A reaction is the receipt of R1. Each call goes through `feishu_call`
+(feishu/outbound/client.py): its retries, its token refresh and, with `budget`, the send budget (R4).
+
+Imports lark-oapi at its top: registered as a lazy module in feishu/__init__.py (LARK_MODULES).
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agents.models import Bot
+from feishu.outbound import client as feishu_client
+from feishu.outbound.budget import SendBudget
+from feishu.outbound.sdk import (
+    CreateMessageReactionRequest,
+    CreateMessageReactionRequestBody,
+    CreateMessageRequest,
+    CreateMessageRequestBody,
+    DeleteMessageReactionRequest,
+    Emoji,
+    ReplyMessageRequest,
+    ReplyMessageRequestBody,
+)
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    message_id: str
+    thread_id: str = ""
+
+
+def message_reply_content(
+    *,
+    bot: Bot,
+    message_id: str,
+    msg_type: str,
+    content: dict[str, Any],
+    uuid: str,
+    reply_in_thread: bool,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
+) -> SentMessage:
+    """Reply with any msg_type: text `{"text"}`, post `{"zh_cn": ...}`, interactive (card JSON or reference)."""
+    body = (
+        ReplyMessageRequestBody.builder()
+        .content(json.dumps(content, ensure_ascii=False))
+        .msg_type(msg_type)
+        .reply_in_thread(reply_in_thread)
+        .uuid(uuid)
+        .build()
+    )
+    request = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
+    response = feishu_client.feishu_call(
+        bot=bot,
+        operation="message.reply",
+        call=lambda client: client.im.v1.message.reply(request),
+        sleep=sleep,
+        budget=budget,
+    )
+    return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
+
+
+def message_create_content(
+    *,
+    bot: Bot,
+    chat_id: str,
+    msg_type: str,
+    content: dict[str, Any],
+    uuid: str,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
+) -> SentMessage:
+    """A new message of any msg_type in a chat (an automation's post: it answers no message)."""
+    body = (
+        CreateMessageRequestBody.builder()
+        .receive_id(chat_id)
+        .msg_type(msg_type)
+        .content(json.dumps(content, ensure_ascii=False))
+        .uuid(uuid)
+        .build()
+    )
+    request = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+    response = feishu_client.feishu_call(
+        bot=bot,
+        operation="message.create",
+        call=lambda client: client.im.v1.message.create(request),
+        sleep=sleep,
+        budget=budget,
+    )
+    return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
+
+
+def message_reply(
+    *,
+    bot: Bot,
+    message_id: str,
+    text: str,
+    uuid: str,
+    reply_in_thread: bool,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
+) -> SentMessage:
+    return message_reply_content(
+        bot=bot,
+        message_id=message_id,
+        msg_type="text",
+        content={"text": text},
+        uuid=uuid,
+        reply_in_thread=reply_in_thread,
+        sleep=sleep,
+        budget=budget,
+    )
+
+
+def message_create(
+    *,
+    bot: Bot,
+    chat_id: str,
+    text: str,
+    uuid: str,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
+) -> SentMessage:
+    return message_create_content(
+        bot=bot, chat_id=chat_id, msg_type="text", content={"text": text}, uuid=uuid, sleep=sleep, budget=budget
+    )
+
+
+def reaction_create(
+    *,
+    bot: Bot,
+    message_id: str,
+    emoji_type: str,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
+) -> str:
+    """Add a reaction (R1 receipt) -> reaction_id, which `reaction_delete` needs."""
+    body = (
+        CreateMessageReactionRequestBody.builder().reaction_type(Emoji.builder().emoji_type(emoji_type).build()).build()
+    )
+    request = CreateMessageReactionRequest.builder().message_id(message_id).request_body(body).build()
+    response = feishu_client.feishu_call(
+        bot=bot,
+        operation="reaction.create",
+        call=lambda client: client.im.v1.message_reaction.create(request),
+        sleep=sleep,
+        budget=budget,
+    )
+    return str(response.data.reaction_id or "")
+
+
+def reaction_delete(
+    *,
+    bot: Bot,
+    message_id: str,
+    reaction_id: str,
+    sleep: Callable[[float], None] | None = None,
+    budget: SendBudget | None = None,
+) -> None:
+    request = DeleteMessageReactionRequest.builder().message_id(message_id).reaction_id(reaction_id).build()
+    feishu_client.feishu_call(
+        bot=bot,
+        operation="reaction.delete",
+        call=lambda client: client.im.v1.message_reaction.delete(request),
+        sleep=sleep,
+        budget=budget,
+    )
