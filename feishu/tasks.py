@@ -36,7 +36,7 @@ def bridge_records_prune() -> dict[str, int]:
 
 @shared_task(acks_late=True, name="amuxweb.feishu.discuss.discuss_wake_fire_task")
 def discuss_wake_fire_task(wake_id: int, swept_at: str = "") -> str:
-    from feishu.discuss.wake import discuss_wake_fire
+    from feishu.discuss.fire import discuss_wake_fire
 
     # swept_at: only an in-place (eager) run from the sweep passes it, so the fire reads the sweep's clock.
     return discuss_wake_fire(wake_id=wake_id, now=datetime.fromisoformat(swept_at) if swept_at else None)
@@ -44,6 +44,6 @@ def discuss_wake_fire_task(wake_id: int, swept_at: str = "") -> str:
 
 @shared_task(name="amuxweb.feishu.discuss.discuss_wakes_sweep")
 def discuss_wakes_sweep_task() -> int:
-    from feishu.discuss.wake import discuss_wakes_sweep
+    from feishu.discuss.sweep import discuss_wakes_sweep
 
     return len(discuss_wakes_sweep())
