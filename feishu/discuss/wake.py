@@ -80,7 +80,7 @@ def _fire_timer_start(*, wake_id: int, eta: datetime) -> None:
     timer.start()
 
 
-def discuss_wake_key(*, workspace, root_msg_id: str) -> str:
+def discuss_wake_key(*, workspace: Workspace | None, root_msg_id: str) -> str:
     """The wake's timeline key: the message's (a topic's root, or an ordinary group's main timeline, G1), or the
     whole group for a workspace with one continuous session per group. Schedule and absorb agree through it."""
     if workspace is not None and workspace.session_scope == Workspace.SessionScope.GROUP:
@@ -88,7 +88,7 @@ def discuss_wake_key(*, workspace, root_msg_id: str) -> str:
     return root_msg_id
 
 
-def discuss_wakes_absorb(*, bot: Bot, workspace, chat_id: str, root_msg_id: str, turn: Turn) -> int:
+def discuss_wakes_absorb(*, bot: Bot, workspace: Workspace | None, chat_id: str, root_msg_id: str, turn: Turn) -> int:
     """G4: an @ or a reply to the bot answers its timeline now: every wake of that timeline not yet answered ends
     here (one answer, not two). A wake whose judge is running finds itself absorbed and starts no turn."""
     key = discuss_wake_key(workspace=workspace, root_msg_id=root_msg_id)
