@@ -132,7 +132,9 @@ def _scenario(name: str, *, gated: bool, debounce: bool, traffic, tally: Tally) 
     from django.test.utils import CaptureQueriesContext
 
     from agents.models import Bot, Thread, Turn
-    from feishu.discuss import wake as discuss
+    from feishu.discuss import fire as discuss_fire
+    from feishu.discuss.sweep import discuss_wakes_sweep
+    from feishu.discuss.wake import discuss_wake_schedule
     from probe import services as probe_services
     from probe.rules import message_tokens
     from tests.agents.factories import BotFactory, LLMModelFactory
@@ -204,9 +206,9 @@ def _scenario(name: str, *, gated: bool, debounce: bool, traffic, tally: Tally) 
         )
 
     judge = StubJudge(tally)
-    original_client, original_start = probe_services._judge_client, discuss.discuss_activation_start
+    original_client, original_start = probe_services._judge_client, discuss_fire.discuss_activation_start
     probe_services._judge_client = lambda model: judge
-    discuss.discuss_activation_start = primary
+    discuss_fire.discuss_activation_start = primary
     rng = random.Random(SEED + 1)
     try:
         for index, (at, needs_bot) in enumerate(traffic):
@@ -218,21 +220,21 @@ def _scenario(name: str, *, gated: bool, debounce: bool, traffic, tally: Tally) 
             connection.queries_log.clear()  # the log keeps 9,000 queries: count per message
             with CaptureQueriesContext(connection) as queries:
                 started = time.perf_counter()
-                discuss.discuss_wake_schedule(bot=bot, chat_id=chat_id, root_msg_id=message_id, message_id=message_id,
-                                              now=at)  # fmt: skip
-                outcomes = discuss.discuss_wakes_sweep(now=at)
+                discuss_wake_schedule(bot=bot, chat_id=chat_id, root_msg_id=message_id, message_id=message_id,
+                                      now=at)  # fmt: skip
+                outcomes = discuss_wakes_sweep(now=at)
                 elapsed = time.perf_counter() - started
             model_seconds = (tally.judge_seconds - judge_before) + (tally.primary_seconds - primary_before)
             tally.gate_seconds += elapsed - model_seconds
             tally.gate_queries += len(queries) - (tally.primary_queries - primary_queries_before)
             for outcome in outcomes:
                 tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + 1
-        outcomes = discuss.discuss_wakes_sweep(now=traffic[-1][0] + timedelta(minutes=5))
+        outcomes = discuss_wakes_sweep(now=traffic[-1][0] + timedelta(minutes=5))
         for outcome in outcomes:
             tally.outcomes[outcome] = tally.outcomes.get(outcome, 0) + 1
     finally:
         probe_services._judge_client = original_client
-        discuss.discuss_activation_start = original_start
+        discuss_fire.discuss_activation_start = original_start
     return tally
 
 
@@ -251,7 +253,7 @@ def run() -> None:
     from django.db import connection
 
     logging.getLogger("probe.services").setLevel(logging.ERROR)  # one record per judgement: keep the output short
-    logging.getLogger("feishu.discuss.wake").setLevel(logging.ERROR)
+    logging.getLogger("feishu.discuss").setLevel(logging.ERROR)
     logging.getLogger("celery.app.trace").setLevel(logging.WARNING)  # the in-place fires: one record each
     from amuxweb.celery import app
 

@@ -25,6 +25,7 @@ from core.admin import (
     related_links,
 )
 from feishu.explain import ExplainNotFound, wake_explain_data
+from feishu.inbound.intake import inbound_events_reprocess
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.admin import cause_explained, probe_mode_explained
 from threadcontext.admin import exclusion_explained
@@ -92,8 +93,6 @@ class InboundEventAdmin(AuditAdmin):
 
     @admin.action(description=_("Reprocess the selected events"), permissions=["reprocess"])
     def reprocess(self, request: HttpRequest, queryset: QuerySet[InboundEvent]) -> None:
-        from feishu.inbound.intake import inbound_events_reprocess
-
         count = inbound_events_reprocess(event_pks=list(queryset.values_list("pk", flat=True)))
         message = ngettext(
             "%(count)d event queued for processing again.", "%(count)d events queued for processing again.", count

@@ -2,6 +2,7 @@ import sys
 
 from celery.signals import worker_init
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
 from django.utils.translation import gettext_lazy as _
 
 from feishu import lark_modules_load, lazy_module_is_loaded
@@ -13,12 +14,11 @@ class FeishuConfig(AppConfig):
     verbose_name = _("Feishu bridge")
 
     def ready(self) -> None:
-        from django.db.models.signals import post_delete, post_save
-
+        # In ready(), not at the top: these modules load models, which raise AppRegistryNotReady before it.
         from agents.models import Bot, Thread
         from agents.services.turns import channel_register
-        from feishu.inbound.intake import bot_cache_forget
         from feishu.channel.turn_channel import FeishuAutomationChannel, FeishuChannel
+        from feishu.inbound.intake import bot_cache_forget
 
         # The bridge's channels of the one turn pipeline (agents defines the port and never imports the bridge).
         channel_register(Thread.Channel.FEISHU, FeishuChannel())

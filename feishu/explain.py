@@ -10,6 +10,8 @@ from typing import Any
 from agents.models import Turn
 from feishu.models import DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
+from threadcontext.explain import decision_explain_data
+from threadcontext.models import ThreadContextDecision
 
 
 class ExplainNotFound(Exception):
@@ -42,9 +44,6 @@ def _gate(judgements: list[ProbeJudgement]) -> list[dict[str, Any]]:
 def _context(turn: Turn | None) -> dict[str, Any] | None:
     if turn is None or turn.context_decision_id is None:
         return None
-    from threadcontext.explain import decision_explain_data
-    from threadcontext.models import ThreadContextDecision
-
     decision = ThreadContextDecision.objects.filter(pk=turn.context_decision_id).first()
     if decision is None:
         return None

@@ -2,7 +2,8 @@
 
 Each keeps the name it had when the bridge lived in `amuxweb.feishu` (`name=`): a message already queued and the
 beat entries stored by django-celery-beat name the task by that string. The services are imported inside each
-task: a service imports the task it enqueues (the accepted task↔service pattern, ARCHITECTURE §11.0).
+task, so that this module imports none of ours at its top and every service may import it there to enqueue a task
+(the accepted task↔service pattern, ARCHITECTURE §11.0).
 """
 
 from datetime import datetime
@@ -12,6 +13,7 @@ from celery import shared_task
 
 @shared_task(acks_late=True, name="amuxweb.feishu.tasks.inbound_event_process")
 def inbound_event_process(event_pk: int) -> str:
+    # Inside the task: this module stays a leaf (intake imports it to enqueue this task).
     from feishu.inbound.routing import inbound_event_process as process
 
     result = process(event_pk=event_pk)
@@ -20,6 +22,7 @@ def inbound_event_process(event_pk: int) -> str:
 
 @shared_task(name="amuxweb.feishu.tasks.inbound_events_sweep")
 def inbound_events_sweep() -> int:
+    # Inside the task: this module stays a leaf (intake imports it to enqueue inbound_event_process).
     from feishu.inbound.intake import inbound_events_sweep as sweep
     from feishu.outbound.delivery import notices_sweep
 
@@ -29,6 +32,7 @@ def inbound_events_sweep() -> int:
 
 @shared_task(name="amuxweb.feishu.tasks.bridge_records_prune")
 def bridge_records_prune() -> dict[str, int]:
+    # Inside the task: this module stays a leaf that any service may import.
     from feishu.retention import bridge_records_prune as prune
 
     return prune()
@@ -36,7 +40,8 @@ def bridge_records_prune() -> dict[str, int]:
 
 @shared_task(acks_late=True, name="amuxweb.feishu.discuss.discuss_wake_fire_task")
 def discuss_wake_fire_task(wake_id: int, swept_at: str = "") -> str:
-    from feishu.discuss.wake import discuss_wake_fire
+    # Inside the task: this module stays a leaf (feishu.discuss.wake imports it to enqueue this task).
+    from feishu.discuss.fire import discuss_wake_fire
 
     # swept_at: only an in-place (eager) run from the sweep passes it, so the fire reads the sweep's clock.
     return discuss_wake_fire(wake_id=wake_id, now=datetime.fromisoformat(swept_at) if swept_at else None)
@@ -44,6 +49,7 @@ def discuss_wake_fire_task(wake_id: int, swept_at: str = "") -> str:
 
 @shared_task(name="amuxweb.feishu.discuss.discuss_wakes_sweep")
 def discuss_wakes_sweep_task() -> int:
-    from feishu.discuss.wake import discuss_wakes_sweep
+    # Inside the task: this module stays a leaf (feishu.discuss.sweep imports it to enqueue the fire task).
+    from feishu.discuss.sweep import discuss_wakes_sweep
 
     return len(discuss_wakes_sweep())

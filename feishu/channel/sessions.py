@@ -8,8 +8,12 @@ binding; a retired topic, or a reply to an output of a retired session, answers 
 import logging
 
 from agents.models import Bot, Thread
-from feishu.models import OutboundDelivery
+from agents.services.threads import thread_create
 from feishu.inbound.parsing import ParsedMessage
+from feishu.models import OutboundDelivery
+from threadcontext.models import SessionBinding
+from threadcontext.selectors import workspace_cached_get, workspace_settings_resolve
+from threadcontext.services import session_binding_get_or_create, session_binding_retire, session_scope_key
 
 logger = logging.getLogger(__name__)
 
@@ -20,10 +24,6 @@ class SessionRetired(Exception):
 
 def _scope_key(*, bot: Bot, chat_id: str, chat_type: str, root_msg_id: str) -> tuple[str, bool]:
     """(scope key, is_group_scope) for an entry point."""
-    from threadcontext.models import SessionBinding
-    from threadcontext.selectors import workspace_cached_get, workspace_settings_resolve
-    from threadcontext.services import session_scope_key
-
     if chat_type == "p2p":
         return SessionBinding.GROUP_SCOPE_KEY, True
     # The workspace as routing read it a moment ago (cached, dropped on every write; issue 11): one query less.
@@ -32,8 +32,6 @@ def _scope_key(*, bot: Bot, chat_id: str, chat_type: str, root_msg_id: str) -> t
 
 
 def _reply_targets_retired_session(*, bot: Bot, parent_id: str) -> bool:
-    from threadcontext.models import SessionBinding
-
     # Only the thread's id, and no ORDER BY (any of the reply's chunks names the same turn): the whole delivery and
     # turn rows, ordered, cost ~1 ms of CPU per reply in a topic (issue 11).
     delivered = OutboundDelivery.objects.filter(bot=bot, feishu_message_id=parent_id, turn__isnull=False)
@@ -46,9 +44,6 @@ def _reply_targets_retired_session(*, bot: Bot, parent_id: str) -> bool:
 
 def session_thread_resolve(*, bot: Bot, message) -> Thread:
     """The Thread this message's turn runs in, created with its binding on first use; raises SessionRetired."""
-    from agents.services.threads import thread_create
-    from threadcontext.services import session_binding_get_or_create
-
     if message.parent_id and _reply_targets_retired_session(bot=bot, parent_id=message.parent_id):
         raise SessionRetired(message.message_id)
     scope_key, _ = _scope_key(
@@ -75,15 +70,11 @@ def session_thread_resolve(*, bot: Bot, message) -> Thread:
 
 def session_binding_for_thread(*, thread: Thread):
     """The live binding that points at a thread (None when retired since)."""
-    from threadcontext.models import SessionBinding
-
     return SessionBinding.objects.filter(agent_thread_id=thread.pk, retired_at__isnull=True).order_by("-id").first()
 
 
 def session_retire(*, bot: Bot, parsed: ParsedMessage) -> bool:
     """`/new`: retire the session this message's entry point is bound to."""
-    from threadcontext.services import session_binding_retire
-
     scope_key, _ = _scope_key(
         bot=bot, chat_id=parsed.chat_id, chat_type=parsed.chat_type, root_msg_id=parsed.root_msg_id
     )

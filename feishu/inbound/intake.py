@@ -14,11 +14,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu.models import InboundEvent
 from core.tasks_enqueue import task_enqueue
 from core.tasks_relay import task_relay
-
-__all__ = ["task_enqueue"]  # the one enqueue helper (core.tasks_enqueue); discuss imports it from here
+from feishu.models import InboundEvent
+from feishu.tasks import inbound_event_process as inbound_event_process_task
 
 logger = logging.getLogger(__name__)
 
@@ -101,17 +100,13 @@ def _insert_sql() -> str:
 
 
 def inbound_event_enqueue(*, event_pk: int) -> bool:
-    from feishu.tasks import inbound_event_process
-
-    return task_enqueue(task=inbound_event_process, args=[event_pk], what="inbound_event")
+    return task_enqueue(task=inbound_event_process_task, args=[event_pk], what="inbound_event")
 
 
 def inbound_event_relay(*, event_pk: int) -> None:
     """A stored event's processing, published off the caller's thread (core.tasks_relay); the sweeper is the
     fallback for anything the relay could not publish."""
-    from feishu.tasks import inbound_event_process
-
-    task_relay(task=inbound_event_process, args=[event_pk], what="inbound_event")
+    task_relay(task=inbound_event_process_task, args=[event_pk], what="inbound_event")
 
 
 def claim_takeover_seconds() -> int:

@@ -39,9 +39,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot
+from feishu.inbound.webhook import captured_event_prepare, captured_event_store, event_handler_build
 from feishu.models import FeishuConnection
 from feishu.outbound.sdk import CustomizedEvent, LogLevel, ws_client_module
-from feishu.inbound.webhook import captured_event_prepare, captured_event_store, event_handler_build
 
 logger = logging.getLogger(__name__)
 

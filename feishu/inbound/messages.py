@@ -8,8 +8,8 @@ from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Bot
-from feishu.models import OutboundDelivery
 from feishu.inbound.parsing import ParsedMessage, slash_command
+from feishu.models import OutboundDelivery
 from threadcontext.services.collection import InboundMessage, Mention
 
 # Lazy: each is rendered in the bot's own language (Bot.language) when it is sent, by `bot_text`.

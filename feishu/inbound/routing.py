@@ -7,8 +7,16 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
-from feishu.outbound import reads as feishu_reads
-from feishu.outbound.api_errors import FeishuApiError
+from feishu.channel.sessions import session_retire
+from feishu.channel.turn_channel import feishu_turn_start
+from feishu.discuss.wake import discuss_wake_schedule, discuss_wakes_absorb, discuss_wakes_forget_message
+from feishu.inbound.intake import (
+    EventFinish,
+    bot_cache_forget,
+    inbound_event_claim,
+    inbound_event_finish,
+    inbound_event_release_for_retry,
+)
 from feishu.inbound.messages import (
     HELP_TEXT,
     NEW_SESSION_TEXT,
@@ -16,15 +24,22 @@ from feishu.inbound.messages import (
     inbound_message_build,
     message_is_own_echo,
 )
-from feishu.models import InboundEvent
 from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
+from feishu.models import InboundEvent
+from feishu.outbound import reads as feishu_reads
+from feishu.outbound.api_errors import FeishuApiError
 from feishu.outbound.delivery import feishu_notice_send, message_is_bot_output
-from feishu.inbound.intake import (
-    EventFinish,
-    bot_cache_forget,
-    inbound_event_claim,
-    inbound_event_finish,
-    inbound_event_release_for_retry,
+from threadcontext.models import Workspace
+from threadcontext.selectors import workspace_cached_get
+from threadcontext.services import (
+    InboundMessage,
+    thread_context_recall,
+    thread_event_record_inbound,
+    workspace_chat_mode_is_due,
+    workspace_chat_mode_store,
+    workspace_ensure,
+    workspace_joined,
+    workspace_retire,
 )
 
 logger = logging.getLogger(__name__)
@@ -93,8 +108,6 @@ def bot_open_id_ensure(*, bot: Bot) -> str:
 
 
 def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteResult:
-    from feishu.channel.sessions import session_retire
-
     if command == "/new":
         session_retire(bot=bot, parsed=parsed)
         text = NEW_SESSION_TEXT
@@ -111,6 +124,42 @@ def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteRe
     return RouteResult(ROUTE_COMMAND)
 
 
+REPLY_OFF = "off"
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """G5: what this group's workspace lets this message do, on top of the bot's own settings."""
+
+    reply_mode: str  # mention | discuss | off
+    is_at_all: bool
+    at_all_addresses: bool
+    sender_is_allowed: bool
+    sender_may_wake: bool
+
+
+def group_policy(*, bot: Bot, workspace: Workspace | None, parsed: ParsedMessage) -> GroupPolicy:
+    """Pure: the workspace's override of the reply mode, its @all rule and its list of people (empty: everyone).
+
+    owner_only keeps its meaning on top of the list: only the owner opens or extends a discuss wake (G3), and
+    the collector refuses a stranger's @ (C2).
+    """
+    reply_mode = (workspace.reply_mode if workspace is not None else "") or bot.group_reply_mode
+    is_at_all = any(mention.key == AT_ALL_KEY for mention in parsed.mentions) or AT_ALL_KEY in parsed.text
+    allowed = list(workspace.allowed_open_ids or []) if workspace is not None else []
+    sender_is_allowed = not allowed or parsed.sender_open_id in allowed
+    sender_may_wake = True
+    if workspace is not None and workspace.mode == "owner_only":
+        sender_may_wake = bool(workspace.owner_open_id) and parsed.sender_open_id == workspace.owner_open_id
+    return GroupPolicy(
+        reply_mode=reply_mode,
+        is_at_all=is_at_all,
+        at_all_addresses=is_at_all and workspace is not None and workspace.respond_to_at_all,
+        sender_is_allowed=sender_is_allowed,
+        sender_may_wake=sender_may_wake,
+    )
+
+
 def inbound_message_route(
     *, bot: Bot, payload: dict, bot_open_id: str | None = None, finish: EventFinish | None = None
 ) -> RouteResult:
@@ -119,8 +168,6 @@ def inbound_message_route(
     `bot_open_id`: the bot's own open_id when the caller already looked it up (outside its transaction).
     `finish`: the stored event's finish, which the discuss wake's upsert carries in its own statement.
     """
-    from feishu.channel.turn_channel import feishu_turn_start
-
     parsed = message_parse(payload)
     if parsed is None:
         return RouteResult(IGNORED_UNREADABLE)
@@ -137,17 +184,25 @@ def inbound_message_route(
 
     command = slash_command(text)
     if parsed.is_direct:
-        if parsed.sender_type != "user":
-            return RouteResult(IGNORED_OTHER_APP)
-        if command:
-            return _command_handle(bot=bot, parsed=parsed, command=command)
-        message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot_open_id)
-        # A DM is never recorded as workspace thread context (C3) and never probed (P1).
-        turn = feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DM)
-        return RouteResult(ROUTE_TURN, turn)
+        return _direct_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command)
+    return _group_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, finish=finish)
 
-    from threadcontext.services import thread_event_record_inbound, workspace_ensure
 
+def _direct_message_route(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str) -> RouteResult:
+    """A DM: a command, or a turn. Never recorded as workspace thread context (C3) and never probed (P1)."""
+    if parsed.sender_type != "user":
+        return RouteResult(IGNORED_OTHER_APP)
+    if command:
+        return _command_handle(bot=bot, parsed=parsed, command=command)
+    message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot_open_id)
+    turn = feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DM)
+    return RouteResult(ROUTE_TURN, turn)
+
+
+def _group_message_route(
+    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, finish: EventFinish | None
+) -> RouteResult:
+    """A group message: recorded as thread context, then a command, a turn (addressed), a discuss wake, or no more."""
     is_reply_to_bot = message_is_bot_output(bot=bot, feishu_message_id=parsed.parent_id)
     message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot_open_id, is_reply_to_bot=is_reply_to_bot)
     # G2: every group the bot hears from has a workspace (the hub's defaults), so the collector records and the
@@ -176,73 +231,48 @@ def inbound_message_route(
         if recorded.skipped_reason == "not_owner":
             return RouteResult(IGNORED_NOT_OWNER)  # owner_only: only the owner may trigger this bot (C2)
         is_mention = parsed.mentions_open_id(bot_open_id) or policy.at_all_addresses
-        trigger = Turn.Trigger.MENTION if is_mention else Turn.Trigger.REPLY
-        turn = feishu_turn_start(bot=bot, message=message, trigger=trigger)
-        if turn is not None:
-            # G4: the @ (or reply) answers this timeline now; a wake still debouncing here would answer twice.
-            from feishu.discuss.wake import discuss_wakes_absorb
-
-            discuss_wakes_absorb(
-                bot=bot, workspace=workspace, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, turn=turn
-            )
-        return RouteResult(ROUTE_TURN if turn is not None else ROUTE_RETIRED, turn)
-    if policy.reply_mode == Bot.GroupReplyMode.DISCUSS and not command and not policy.is_at_all:
-        if not policy.sender_may_wake:
-            # G3: owner_only admission holds for discuss too: a stranger's message opens or extends no wake.
-            return RouteResult(IGNORED_NOT_OWNER)
-        from feishu.discuss.wake import discuss_wake_schedule
-
-        discuss_wake_schedule(
-            bot=bot,
-            chat_id=parsed.chat_id,
-            root_msg_id=parsed.root_msg_id,
-            message_id=parsed.message_id,
-            # Issue 11: "event done" rides in the wake's statement (one round trip fewer on PostgreSQL).
-            carried_write=finish.done_statement() if finish is not None else None,
+        return _addressed_turn_start(
+            bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention
         )
-        return RouteResult(ROUTE_DISCUSS_WAKE, event_finished=finish is not None)
+    if policy.reply_mode == Bot.GroupReplyMode.DISCUSS and not command and not policy.is_at_all:
+        return _discuss_wake_open(bot=bot, parsed=parsed, policy=policy, finish=finish)
     return RouteResult(ROUTE_RECORDED)
 
 
-REPLY_OFF = "off"
-
-
-@dataclass(frozen=True)
-class GroupPolicy:
-    """G5: what this group's workspace lets this message do, on top of the bot's own settings."""
-
-    reply_mode: str  # mention | discuss | off
-    is_at_all: bool
-    at_all_addresses: bool
-    sender_is_allowed: bool
-    sender_may_wake: bool
-
-
-def group_policy(*, bot: Bot, workspace, parsed: ParsedMessage) -> GroupPolicy:
-    """Pure: the workspace's override of the reply mode, its @all rule and its list of people (empty: everyone).
-
-    owner_only keeps its meaning on top of the list: only the owner opens or extends a discuss wake (G3), and
-    the collector refuses a stranger's @ (C2).
-    """
-    reply_mode = (workspace.reply_mode if workspace is not None else "") or bot.group_reply_mode
-    is_at_all = any(mention.key == AT_ALL_KEY for mention in parsed.mentions) or AT_ALL_KEY in parsed.text
-    allowed = list(workspace.allowed_open_ids or []) if workspace is not None else []
-    sender_is_allowed = not allowed or parsed.sender_open_id in allowed
-    sender_may_wake = True
-    if workspace is not None and workspace.mode == "owner_only":
-        sender_may_wake = bool(workspace.owner_open_id) and parsed.sender_open_id == workspace.owner_open_id
-    return GroupPolicy(
-        reply_mode=reply_mode,
-        is_at_all=is_at_all,
-        at_all_addresses=is_at_all and workspace is not None and workspace.respond_to_at_all,
-        sender_is_allowed=sender_is_allowed,
-        sender_may_wake=sender_may_wake,
+def _addressed_turn_start(
+    *, bot: Bot, parsed: ParsedMessage, message: InboundMessage, workspace: Workspace, is_mention: bool
+) -> RouteResult:
+    """An @ of the bot (or a reply to it) starts its turn, which answers the timeline: no wake answers it again."""
+    trigger = Turn.Trigger.MENTION if is_mention else Turn.Trigger.REPLY
+    turn = feishu_turn_start(bot=bot, message=message, trigger=trigger)
+    if turn is None:
+        return RouteResult(ROUTE_RETIRED)
+    # G4: the @ (or reply) answers this timeline now; a wake still debouncing here would answer twice.
+    discuss_wakes_absorb(
+        bot=bot, workspace=workspace, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, turn=turn
     )
+    return RouteResult(ROUTE_TURN, turn)
 
 
-def _workspace_for(*, bot: Bot, chat_id: str):
-    from threadcontext.selectors import workspace_cached_get
+def _discuss_wake_open(
+    *, bot: Bot, parsed: ParsedMessage, policy: GroupPolicy, finish: EventFinish | None
+) -> RouteResult:
+    """An un-addressed message to a discuss bot opens or extends its timeline's wake (P10)."""
+    if not policy.sender_may_wake:
+        # G3: owner_only admission holds for discuss too: a stranger's message opens or extends no wake.
+        return RouteResult(IGNORED_NOT_OWNER)
+    discuss_wake_schedule(
+        bot=bot,
+        chat_id=parsed.chat_id,
+        root_msg_id=parsed.root_msg_id,
+        message_id=parsed.message_id,
+        # Issue 11: "event done" rides in the wake's statement (one round trip fewer on PostgreSQL).
+        carried_write=finish.done_statement() if finish is not None else None,
+    )
+    return RouteResult(ROUTE_DISCUSS_WAKE, event_finished=finish is not None)
 
+
+def _workspace_for(*, bot: Bot, chat_id: str) -> Workspace | None:
     return workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id)
 
 
@@ -252,8 +282,6 @@ def chat_mode_annotate(*, bot: Bot, payload: dict) -> dict:
 
     Makes HTTP calls: run it outside any transaction. Returns the payload (annotated when the mode is known).
     """
-    from threadcontext.services import workspace_chat_mode_is_due, workspace_chat_mode_store, workspace_ensure
-
     event = payload.get("event")
     message = event.get("message") if isinstance(event, dict) else None
     if not isinstance(message, dict) or message.get("chat_type") != "group" or not message.get("chat_id"):
@@ -291,9 +319,6 @@ def inbound_event_route(
     event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
     chat_id = str(event.get("chat_id") or "")
     if event_type == EVENT_RECALLED:
-        from feishu.discuss.wake import discuss_wakes_forget_message
-        from threadcontext.services import thread_context_recall
-
         message_id = str(event.get("message_id") or "")
         if not chat_id or not message_id:
             return RouteResult(IGNORED_UNREADABLE)
@@ -301,8 +326,6 @@ def inbound_event_route(
         discuss_wakes_forget_message(chat_id=chat_id, message_id=message_id)
         return RouteResult(ROUTE_RECALLED)
     if event_type in (EVENT_BOT_ADDED, EVENT_BOT_DELETED):
-        from threadcontext.services import workspace_joined, workspace_retire
-
         if not chat_id:
             return RouteResult(IGNORED_UNREADABLE)
         if event_type == EVENT_BOT_ADDED:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.models import Bot
-from feishu.models import InboundEvent
-from feishu.outbound.sdk import AESCipher, CustomizedEvent, EventDispatcherHandler, LogLevel, RawRequest
-from feishu.inbound.intake import inbound_event_store
-from feishu.inbound.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP
 from core.parsers import MAX_JSON_DEPTH, JsonTooDeepError, json_depth_exceeds, json_loads_bounded
 from core.text import storable_json
+from feishu.inbound.intake import inbound_event_store
+from feishu.inbound.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP
+from feishu.models import InboundEvent
+from feishu.outbound.sdk import AESCipher, CustomizedEvent, EventDispatcherHandler, LogLevel, RawRequest
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from feishu.discuss import wake as discuss
+from feishu.discuss.sweep import discuss_wakes_sweep
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from tests.agents.factories import LLMModelFactory, ProviderFactory
@@ -47,7 +47,7 @@ def answered_wake(feishu, make_feishu_bot, make_judge, llm_stub, django_capture_
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="The gateway is down.")))
     feishu.say(bot, text="why is the build red?", chat_id=CHAT)
     with django_capture_on_commit_callbacks(execute=True):
-        discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+        discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
     return DiscussWake.objects.get(bot=bot)
 
 

@@ -35,7 +35,7 @@ from agents.models import Bot, McpServer, Message, Thread, Turn, TurnToolCall
 from agents.tools.checks import TOOL_BUDGET_OVER_SOFT_LIMIT, tool_budget_fits_the_soft_limit
 from agents.tools.loop import FINAL_ANSWER_INSTRUCTION
 from agents.tools.turns import SOFT_LIMIT_MARGIN_SECONDS, budget_within_soft_limit, tool_budget_max_seconds
-from feishu.discuss import wake as discuss
+from feishu.discuss.sweep import discuss_wakes_sweep
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
 from tests.agents.forms import bot_admin_form_data
 from tests.agents.test_llm_adapters import APIS, MODEL_NAMES
@@ -291,7 +291,7 @@ def test_m3_the_discuss_judge_of_a_tool_bot_gets_only_decide_and_no_tool_activit
     )
     feishu.say(bot, text="what do we do next?", chat_id=CHAT, message_id="om_m2")
     with django_capture_on_commit_callbacks(execute=True):
-        discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+        discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
     # then: the judge was offered exactly `decide`, and its transcript holds no tool activity
     (judge,) = llm_stub.requests_for("anthropic")
     assert [tool["name"] for tool in judge.json["tools"]] == ["decide"]

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu.discuss import wake as discuss
+from feishu.discuss.sweep import discuss_wakes_sweep
 from feishu.models import DiscussWake
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.browser.conftest import ADMIN_PASSWORD, VIEWPORT
@@ -58,7 +58,7 @@ def console_data(transactional_db, feishu, make_feishu_bot, make_judge, llm_stub
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="The sandbox gateway is down. " * 8)))
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="I will look at it now. " * 8)))
     feishu.say(bot, text=LONG_QUESTION, chat_id="oc_payments_team_group_chat")
-    discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+    discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
     feishu.say(bot, text=LONG_QUESTION, chat_id="oc_payments_team_group_chat", mention=[bot])
     return bot
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu.discuss import wake as discuss
+from feishu.discuss.sweep import discuss_wakes_sweep
 from feishu.models import DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
 from tests.agents.factories import LLMModelFactory, ProviderFactory
@@ -38,7 +38,7 @@ def failing_bot(transactional_db, feishu, make_feishu_bot, make_judge, llm_stub)
     )
     llm_stub.enqueue("anthropic", StubResponse(status=401, body=AUTH_BODIES["anthropic"]))
     feishu.say(bot, text="is the VPN down for everyone?", chat_id=FAILING_CHAT)
-    discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+    discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
     return bot
 
 

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu.discuss import wake as discuss
 from console.models import PlaygroundGroup, PlaygroundMember
 from console.playground.services import playground_members_sync
+from feishu.discuss.sweep import discuss_wakes_sweep
 from tests.agents.factories import LLMModelFactory
 from tests.browser.conftest import ADMIN_PASSWORD
 from tests.feishu.conftest import feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
@@ -64,7 +64,7 @@ def test_the_playground_shows_a_reply_and_a_gate_decision_beside_each_message(
     # when: Bob says something un-addressed, and the debounce ends (the beat sweeper's clock moved on)
     send(page, sender="Bob", text="lunch at noon")
     page.locator(".playground-message").nth(1).locator(".playground-gate-pending").wait_for(timeout=REPLY_TIMEOUT_MS)
-    discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+    discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
 
     # then: the planner's gate decision is shown: it stays silent, with the judge's cause
     silent = page.locator(".playground-message").nth(1).locator(".playground-gate-silent")

@@ -13,8 +13,11 @@ from agents.models import Bot, Turn
 from agents.services.turns import turns_sweep
 from agents.tasks import turn_run_task
 from amuxweb.celery import app as celery_app
-from feishu.discuss import wake as discuss
+from feishu.discuss.fire import FIRE_DECLINED, FIRE_STARTED
+from feishu.discuss.sweep import discuss_wakes_sweep
+from feishu.discuss.wake import discuss_wake_schedule
 from feishu.models import DiscussWake
+from feishu.tasks import discuss_wake_fire_task
 from probe.prompts import activation_contract
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.probe.conftest import make_discuss_bot, make_judge, stub_base_url  # noqa: F401  (fixtures)
@@ -56,8 +59,8 @@ def test_a_discuss_turn_requeued_by_the_sweeper_keeps_its_activation_contract_P9
     feishu.say(discuss_bot, text="why is the build red?", chat_id="oc_team")
     lost = mocker.patch.object(turn_run_task, "apply_async", side_effect=OperationalError("redis down"))
     with django_capture_on_commit_callbacks(execute=True):
-        outcomes = discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
-    assert outcomes == [discuss.FIRE_STARTED]
+        outcomes = discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+    assert outcomes == [FIRE_STARTED]
     assert lost.call_count == 1
     turn = Turn.objects.get(bot=discuss_bot)
     [record] = [r for r in caplog.records if r.getMessage().startswith("task not enqueued")]
@@ -99,15 +102,15 @@ def test_a_broker_outage_when_a_wake_opens_is_logged_and_the_sweeper_fires_it_P1
         StubResponse(body=anthropic_body(tool_calls=[("decide", {"should_act": "no_action", "reason": "chatter"})])),
     )
     celery_app.conf.task_always_eager = False  # a broker is configured (the autouse fixture restores eager)
-    mocker.patch.object(discuss.discuss_wake_fire_task, "apply_async", side_effect=OperationalError("redis down"))
+    mocker.patch.object(discuss_wake_fire_task, "apply_async", side_effect=OperationalError("redis down"))
     caplog.set_level(logging.WARNING, logger="core.tasks_enqueue")
     # when
     with django_capture_on_commit_callbacks(execute=True):
-        wake = discuss.discuss_wake_schedule(bot=discuss_bot, chat_id="oc_team", root_msg_id="om_1", message_id="om_1")
+        wake = discuss_wake_schedule(bot=discuss_bot, chat_id="oc_team", root_msg_id="om_1", message_id="om_1")
     # then: logged, still pending; the sweeper fires it once due
     [record] = [r for r in caplog.records if r.getMessage().startswith("task not enqueued")]
     assert (record.what, record.task_args, record.error) == ("discuss_wake", [wake.pk], "OperationalError")
     assert DiscussWake.objects.get().status == "pending"
     mocker.stopall()
     celery_app.conf.task_always_eager = True
-    assert discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1)) == [discuss.FIRE_DECLINED]
+    assert discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1)) == [FIRE_DECLINED]

@@ -16,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 
 from feishu.discuss import wake as discuss
 from feishu.discuss.wake import discuss_wake_schedule, discuss_wake_upsert
-from feishu.models import DiscussWake, InboundEvent
 from feishu.inbound.intake import EventFinish
 from feishu.inbound.signing import message_event_payload
+from feishu.models import DiscussWake, InboundEvent
 from tests.feishu.concurrency import run_against_a_held_transaction
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +35,7 @@ def bot(make_feishu_bot):
 
 @pytest.fixture
 def fire_enqueued(mocker):
-    return mocker.patch.object(discuss, "_fire_enqueue")
+    return mocker.patch.object(discuss, "discuss_wake_fire_enqueue")
 
 
 def schedule(bot, message_id: str, at: datetime) -> DiscussWake:

@@ -10,11 +10,12 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu.discuss import wake as discuss
+from feishu.discuss.fire import FIRE_STARTED
+from feishu.discuss.sweep import discuss_wakes_sweep
 from feishu.inbound.longconn import LongConnection
-from feishu.models import InboundEvent
 from feishu.inbound.parsing import Attachment, card_text, message_content_parse, message_parse
 from feishu.inbound.signing import message_event_payload
+from feishu.models import InboundEvent
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.probe.conftest import make_judge, stub_base_url  # noqa: F401  (fixtures)
 from tests.stubs.feishu_ws_server import FeishuWsStub
@@ -200,9 +201,9 @@ def test_g7_the_probe_judge_gets_the_label_and_no_image(
     feishu.post(bot, payload)
     # when: the wake fires
     with django_capture_on_commit_callbacks(execute=True):
-        outcomes = discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+        outcomes = discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
     # then: the judge's request holds the label, no image block, no bytes; the primary got the picture
-    assert outcomes == [discuss.FIRE_STARTED]
+    assert outcomes == [FIRE_STARTED]
     [judged] = llm_stub.requests_for("anthropic")
     assert "why red? [image]" in judged.body.decode()
     assert '"type": "image"' not in judged.body.decode() and '"type":"image"' not in judged.body.decode()

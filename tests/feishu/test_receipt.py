@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents.models import Bot, Message, Provider, Turn
 from agents.services.turns import running_stale_seconds, turns_sweep
 from agents.services.turns.channels import FAILED_NOTICE_TEXT
-from feishu.discuss.wake import discuss_wakes_sweep
+from feishu.discuss.sweep import discuss_wakes_sweep
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.stubs.llm_servers import StubResponse, openai_error_body
 from threadcontext.models import Workspace

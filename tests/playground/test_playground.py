@@ -12,10 +12,10 @@ from django.utils import timezone
 from agents.llm.local_rules import ECHO_LABEL
 from agents.models import Bot, Turn
 from console.dashboard.selectors import dashboard_rows
-from feishu.discuss import wake as discuss
-from feishu.models import InboundEvent, OutboundDelivery
 from console.models import PlaygroundGroup, PlaygroundMember, PlaygroundMessage
 from console.playground.services import playground_members_sync
+from feishu.discuss.sweep import discuss_wakes_sweep
+from feishu.models import InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from tests.agents.factories import LLMModelFactory
 from threadcontext.models import Workspace
@@ -112,12 +112,12 @@ def test_an_unaddressed_message_in_a_discuss_group_shows_the_probe_judgement_spe
 
     # when: the debounce ends (the beat sweeper's clock moved on)
     with django_capture_on_commit_callbacks(execute=True):
-        discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+        discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
     question = post(
         admin_client, group, django_capture_on_commit_callbacks, sender="Chen", text="what should we build first?"
     )
     with django_capture_on_commit_callbacks(execute=True):
-        discuss.discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+        discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
 
     # then: the planner (discuss) was judged on each; silent on the chatter, speaks on the question
     shown = {message["message_id"]: message for message in state(admin_client, group)["messages"]}

@@ -12,8 +12,19 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from feishu.discuss import wake as discuss
-from feishu.discuss.wake import discuss_wake_fire, discuss_wake_schedule, discuss_wakes_sweep
+from feishu.discuss.fire import (
+    FIRE_DECLINED,
+    FIRE_FAILED,
+    FIRE_NOT_CLAIMED,
+    FIRE_NOT_DUE,
+    FIRE_RETRY,
+    FIRE_STARTED,
+    FIRE_SUPERSEDED,
+    discuss_transcript_build,
+    discuss_wake_fire,
+)
+from feishu.discuss.sweep import discuss_wakes_sweep
+from feishu.discuss.wake import RUNNING_ABANDONED_AFTER_SECONDS, discuss_wake_schedule
 from feishu.models import DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.prompts import ACTIVATION_MARKER, activation_contract
@@ -89,7 +100,7 @@ def test_ten_messages_in_two_seconds_are_one_probe_P10(judged_bot, llm_stub):
     assert wake.due_at == T0 + ms(1800 + 1000)
     # when: the sweeper runs before and after it is due
     assert discuss_wakes_sweep(now=T0 + ms(2500)) == []
-    assert discuss_wakes_sweep(now=T0 + ms(2800)) == [discuss.FIRE_DECLINED]
+    assert discuss_wakes_sweep(now=T0 + ms(2800)) == [FIRE_DECLINED]
     assert discuss_wakes_sweep(now=T0 + ms(9000)) == []
     # then: exactly one probe
     assert ProbeJudgement.objects.count() == 1
@@ -120,7 +131,7 @@ def test_a_steady_stream_is_capped_by_the_maximum_delay_P10(judged_bot):
     first = DiscussWake.objects.order_by("id").first()
     assert first.deadline_at == T0 + ms(30_000)
     assert first.due_at == T0 + ms(30_000)
-    assert fired == [discuss.FIRE_DECLINED]
+    assert fired == [FIRE_DECLINED]
     assert DiscussWake.objects.count() == 2
 
 
@@ -139,7 +150,7 @@ def test_the_fire_task_rechecks_due_at_after_an_extension_P10(judged_bot):
     # when the originally scheduled task runs
     outcome = discuss_wake_fire(wake_id=wake.pk, now=T0 + ms(1000))
     # then nothing ran yet
-    assert outcome == discuss.FIRE_NOT_DUE
+    assert outcome == FIRE_NOT_DUE
     assert ProbeJudgement.objects.count() == 0
     assert DiscussWake.objects.get().status == "pending"
 
@@ -148,7 +159,7 @@ def test_a_wake_is_fired_once_by_concurrent_workers_P10(judged_bot):
     wake = say(judged_bot, 1, T0)
     first = discuss_wake_fire(wake_id=wake.pk, now=T0 + ms(2000))
     second = discuss_wake_fire(wake_id=wake.pk, now=T0 + ms(2000))
-    assert (first, second) == (discuss.FIRE_DECLINED, discuss.FIRE_NOT_CLAIMED)
+    assert (first, second) == (FIRE_DECLINED, FIRE_NOT_CLAIMED)
     assert ProbeJudgement.objects.count() == 1
 
 
@@ -168,12 +179,12 @@ def test_a_provider_fault_is_retried_with_backoff_P10(make_judge, make_discuss_b
     first = discuss_wakes_sweep(now=T0 + ms(1000))
     # then: failed closed for now, retry due 30 s later
     wake = DiscussWake.objects.get()
-    assert first == [discuss.FIRE_RETRY]
+    assert first == [FIRE_RETRY]
     assert (wake.status, wake.attempts, wake.due_at) == ("failed", 1, T0 + ms(31_000))
     assert "TransientError" in wake.error
     assert discuss_wakes_sweep(now=T0 + ms(20_000)) == []
     # when the backoff elapsed
-    assert discuss_wakes_sweep(now=T0 + ms(31_000)) == [discuss.FIRE_DECLINED]
+    assert discuss_wakes_sweep(now=T0 + ms(31_000)) == [FIRE_DECLINED]
     wake.refresh_from_db()
     assert (wake.status, wake.attempts, wake.error) == ("done", 2, "")
     assert list(ProbeJudgement.objects.order_by("id").values_list("cause", flat=True)) == [
@@ -194,7 +205,7 @@ def test_a_persistent_fault_stays_failed_closed_and_visible_P10(make_judge, make
     for seconds in (1, 31, 151, 1000, 5000):
         outcomes += discuss_wakes_sweep(now=T0 + timedelta(seconds=seconds))
     # then: three attempts, the wake stays failed with its error, nothing was sent
-    assert outcomes == [discuss.FIRE_RETRY, discuss.FIRE_RETRY, discuss.FIRE_FAILED]
+    assert outcomes == [FIRE_RETRY, FIRE_RETRY, FIRE_FAILED]
     wake = DiscussWake.objects.get()
     assert (wake.status, wake.attempts, wake.turn_id) == ("failed", 3, None)
     assert Turn.objects.count() == 0
@@ -210,7 +221,7 @@ def test_a_retry_superseded_by_a_newer_wake_does_not_probe_twice_P10(make_judge,
     discuss_wakes_sweep(now=T0 + ms(1000))  # fault: retry due at +31 s
     say(bot, 2, T0 + ms(5000))  # a newer wake for the same topic
     outcomes = discuss_wakes_sweep(now=T0 + ms(40_000))
-    assert sorted(outcomes) == sorted([discuss.FIRE_SUPERSEDED, discuss.FIRE_DECLINED])
+    assert sorted(outcomes) == sorted([FIRE_SUPERSEDED, FIRE_DECLINED])
     assert ProbeJudgement.objects.count() == 2  # the fault, then one judgement for the newer wake
 
 
@@ -259,7 +270,7 @@ def test_send_starts_one_turn_whose_last_message_is_the_contract_P9(
     # when the wake is due
     outcomes = sweep_later(django_capture_on_commit_callbacks)
     # then: one judge call, one primary call ending on the contract, one message posted to Feishu
-    assert outcomes == [discuss.FIRE_STARTED]
+    assert outcomes == [FIRE_STARTED]
     judge_body = llm_stub.requests_for("anthropic")[0].json
     assert judge_body["messages"] == [{"role": "user", "content": "ou_alice: why is the build red?"}]
     (primary_request,) = llm_stub.requests_for("openai_chat")
@@ -284,7 +295,7 @@ def test_no_action_ends_the_wake_without_a_turn_P9(
         StubResponse(body=anthropic_body(tool_calls=[("decide", {"should_act": "no_action", "reason": "chatter"})])),
     )
     feishu.say(discuss_feishu_bot, text="lol same", chat_id="oc_team")
-    assert sweep_later(django_capture_on_commit_callbacks) == [discuss.FIRE_DECLINED]
+    assert sweep_later(django_capture_on_commit_callbacks) == [FIRE_DECLINED]
     assert Turn.objects.count() == 0
     assert llm_stub.requests_for("openai_chat") == []  # no primary, no context package: nothing expensive ran
     assert feishu.stub.sent == []
@@ -317,7 +328,7 @@ def test_ungated_bot_runs_the_turn_without_a_contract_P2(
 ):
     Bot.objects.filter(pk=discuss_feishu_bot.pk).update(discuss_probe_mode=Bot.ProbeMode.OFF)
     feishu.say(discuss_feishu_bot, text="anyone around?", chat_id="oc_team")
-    assert sweep_later(django_capture_on_commit_callbacks) == [discuss.FIRE_STARTED]
+    assert sweep_later(django_capture_on_commit_callbacks) == [FIRE_STARTED]
     assert llm_stub.requests_for("anthropic") == []
     (primary_request,) = llm_stub.requests_for("openai_chat")
     assert ACTIVATION_MARKER not in str(primary_request.json)
@@ -337,7 +348,7 @@ def test_a_group_scope_workspace_debounces_the_whole_group_P10(judged_bot, llm_s
     outcomes = discuss_wakes_sweep(now=T0 + ms(5000))
     # then
     wake = DiscussWake.objects.get()
-    assert (wake.root_msg_id, len(wake.message_ids), outcomes) == ("group", 3, [discuss.FIRE_DECLINED])
+    assert (wake.root_msg_id, len(wake.message_ids), outcomes) == ("group", 3, [FIRE_DECLINED])
     sent = llm_stub.requests_for("openai_chat")[0].json["messages"]
     assert [m["content"] for m in sent[1:]] == [f"ou_alice: top-level {index}" for index in range(3)]
 
@@ -358,7 +369,7 @@ def test_an_empty_primary_answer_is_retried_once_with_the_contract_restated_P9(
     )
     feishu.say(discuss_feishu_bot, text="where was that fix again?", chat_id="oc_team")
     # when
-    assert sweep_later(django_capture_on_commit_callbacks) == [discuss.FIRE_STARTED]
+    assert sweep_later(django_capture_on_commit_callbacks) == [FIRE_STARTED]
     # then
     first, retry = llm_stub.requests_for("openai_chat")
     contract = activation_contract(reason="help erin")
@@ -484,9 +495,9 @@ def test_a_wake_abandoned_by_a_dead_worker_is_fired_by_the_sweeper_P10(judged_bo
     DiscussWake.objects.filter(pk=wake.pk).update(status="running", attempts=1, updated_at=T0 + ms(1000))
     # when the sweeper runs before and after the abandonment delay
     early = discuss_wakes_sweep(now=T0 + ms(1000) + timedelta(seconds=60))
-    late = discuss_wakes_sweep(now=T0 + ms(1000) + timedelta(seconds=discuss.RUNNING_ABANDONED_AFTER_SECONDS + 1))
+    late = discuss_wakes_sweep(now=T0 + ms(1000) + timedelta(seconds=RUNNING_ABANDONED_AFTER_SECONDS + 1))
     # then
-    assert (early, late) == ([], [discuss.FIRE_DECLINED])
+    assert (early, late) == ([], [FIRE_DECLINED])
     wake.refresh_from_db()
     assert (wake.status, wake.attempts) == ("done", 2)
     assert ProbeJudgement.objects.count() == 1
@@ -532,7 +543,7 @@ def test_transcript_reads_this_bridges_copies_and_every_bots_outputs(judged_bot)
     item("cli_other", "agent_output", "coder/coder-main", "done")
     item(judged_bot.bridge_id, "agent_output", "planner", "noted")
     # when
-    transcript = discuss.discuss_transcript_build(bot=judged_bot, chat_id=CHAT, root_msg_id=ROOT)
+    transcript = discuss_transcript_build(bot=judged_bot, chat_id=CHAT, root_msg_id=ROOT)
     # then
     assert [(m.role, m.content) for m in transcript] == [
         ("user", "ou_alice: hello"),

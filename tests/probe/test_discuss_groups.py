@@ -10,8 +10,10 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from feishu.discuss import wake as discuss
-from feishu.discuss.wake import discuss_wakes_sweep
+from feishu.discuss import fire as discuss_fire
+from feishu.discuss.fire import FIRE_ABSORBED, FIRE_DECLINED, FIRE_STARTED, discuss_wake_fire
+from feishu.discuss.sweep import discuss_wakes_sweep
+from feishu.discuss.wake import ABSORBED_ERROR
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from tests.feishu.conftest import fixture_payload
@@ -68,7 +70,7 @@ def test_g1_three_quick_unaddressed_messages_of_an_ordinary_group_are_one_wake_a
     # when
     outcomes = sweep_later(django_capture_on_commit_callbacks)
     # then: one judgement whose transcript is the main timeline, oldest first
-    assert outcomes == [discuss.FIRE_DECLINED]
+    assert outcomes == [FIRE_DECLINED]
     (judge,) = llm_stub.requests_for("anthropic")
     assert [m["content"] for m in judge.json["messages"]] == [
         "ou_alice: is the deploy done?",
@@ -122,7 +124,7 @@ def test_g2_a_group_nobody_configured_gets_a_workspace_and_the_discuss_bot_is_no
     workspace = Workspace.objects.get(bot_profile=group_bot.slug, chat_id=PLAIN)
     assert (workspace.mode, workspace.thread_context_limit, workspace.is_created_automatically) == ("shared", 20, True)
     assert workspace.name == "Plain team"
-    assert outcomes == [discuss.FIRE_STARTED]
+    assert outcomes == [FIRE_STARTED]
     (judge,) = llm_stub.requests_for("anthropic")
     assert judge.json["messages"] == [{"role": "user", "content": "ou_alice: is the deploy done?"}]
     assert len(feishu.stub.sent) == 1
@@ -187,7 +189,7 @@ def test_g4_an_at_during_a_pending_wake_absorbs_it_one_answer_not_two(
     assert (turn.trigger, turn.source_message_id, turn.status) == ("mention", "om_at", "delivered")
     wake.refresh_from_db()
     assert (wake.status, wake.turn_id) == ("done", turn.pk)
-    assert wake.error == f"{discuss.ABSORBED_ERROR} {turn.pk}"
+    assert wake.error == f"{ABSORBED_ERROR} {turn.pk}"
     assert outcomes == []
     assert llm_stub.requests_for("anthropic") == []
     assert len(feishu.stub.sent) == 1
@@ -199,18 +201,18 @@ def test_g4_a_wake_absorbed_while_its_judge_runs_starts_no_turn(feishu, group_bo
     wake = DiscussWake.objects.get()
     judge_says(llm_stub, "send")
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="On it.")))
-    real_gate = discuss.probe_gate_run
+    real_gate = discuss_fire.probe_gate_run
 
     def gate_then_at(**kwargs):
         result = real_gate(**kwargs)
         feishu.say(group_bot, text="check please", chat_id=PLAIN, mention=[group_bot], message_id="om_at")
         return result
 
-    mocker.patch.object(discuss, "probe_gate_run", side_effect=gate_then_at)
+    mocker.patch.object(discuss_fire, "probe_gate_run", side_effect=gate_then_at)
     # when
-    outcome = discuss.discuss_wake_fire(wake_id=wake.pk, now=timezone.now() + timedelta(minutes=1))
+    outcome = discuss_wake_fire(wake_id=wake.pk, now=timezone.now() + timedelta(minutes=1))
     # then: only the @'s turn exists
-    assert outcome == discuss.FIRE_ABSORBED
+    assert outcome == FIRE_ABSORBED
     assert list(Turn.objects.values_list("trigger", flat=True)) == ["mention"]
     assert len(feishu.stub.sent) == 1
 

@@ -1,0 +1,193 @@
+"""Firing a due discuss wake (P9): claim it, run the probe's judge, and on `send` start one turn.
+
+Invariant: one worker fires a wake and a wake starts at most one turn. The claim is one conditional UPDATE
+(claimable -> running, attempts + 1); the turn, the wake's end and the judgement's link to the turn commit in
+one transaction, after re-reading that the wake is still running (an @ that absorbed it meanwhile is the one
+answer, G4). A wake whose judge hit a provider fault is retried with backoff; after MAX_ATTEMPTS it stays
+`failed` (with the error) and the bot's failing-closed judgements show in the admin.
+"""
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agents.llm.base import ChatMessage
+from agents.models import Bot, Thread, Turn
+from feishu.channel.turn_channel import feishu_turn_start
+from feishu.discuss.wake import MAX_ATTEMPTS, discuss_wake_end, discuss_wake_fire_enqueue, discuss_wakes_claimable
+from feishu.inbound.messages import inbound_message_build
+from feishu.inbound.parsing import message_parse
+from feishu.models import DiscussWake, InboundEvent
+from probe.models import ProbeJudgement
+from probe.prompts import activation_contract
+from probe.selectors import gate_config_get
+from probe.services import GateResult, probe_gate_run
+from threadcontext.models import SessionBinding, ThreadEvent
+
+logger = logging.getLogger(__name__)
+
+RETRY_BACKOFF_SECONDS = (30, 120)  # after attempt 1, after attempt 2
+# Newest recorded items handed to the judge: the primary's own horizon (AMUX_THREAD_CONTEXT_LIMIT, 20) twice
+# over. Whether to speak now depends on the tail; a longer history only makes every probe dearer (the bench
+# measured a 200-item transcript costing the judge more tokens than the primary it gates). The probe's token
+# budget trims further.
+TRANSCRIPT_ITEM_LIMIT = 40
+
+# What discuss_wake_fire returns (for tests, logs and the bench).
+FIRE_NOT_DUE = "not_due"
+FIRE_NOT_CLAIMED = "not_claimed"
+FIRE_SUPERSEDED = "superseded"
+FIRE_DECLINED = "declined"
+FIRE_RETRY = "retry_scheduled"
+FIRE_FAILED = "failed"
+FIRE_STARTED = "turn_started"
+FIRE_NO_SOURCE = "no_source_message"
+FIRE_ABSORBED = "absorbed"  # an @ or reply to the bot answered the timeline while the judge ran (G4)
+
+
+def discuss_transcript_build(
+    *, bot: Bot, chat_id: str, root_msg_id: str, limit: int = TRANSCRIPT_ITEM_LIMIT
+) -> list[ChatMessage]:
+    """The judge's transcript from the thread's recorded context items, oldest first.
+
+    This bot's own outputs are assistant turns (actions it already took); everything else - people, the topic
+    root, other bots - is a labelled user line, never trusted as instructions.
+    """
+    # Read from the events, not the items, so the people's requests (user_request: an @ of this bot, which is
+    # never a context item) are in the judge's view beside the discussion and the outputs (G4). Every bot's
+    # bridge records its own copy of the people's messages: this bridge's copies, and the agent outputs of every
+    # bot (each recorded once, by the bot that spoke). A recalled message's event is blank and left out (G7).
+    wanted = (
+        ThreadEvent.EventType.TOPIC_ROOT,
+        ThreadEvent.EventType.HUMAN_MESSAGE,
+        ThreadEvent.EventType.USER_REQUEST,
+        ThreadEvent.EventType.AGENT_OUTPUT,
+    )
+    events = ThreadEvent.objects.filter(
+        Q(bridge_id=bot.bridge_id) | Q(event_type=ThreadEvent.EventType.AGENT_OUTPUT),
+        chat_id=chat_id,
+        event_type__in=wanted,
+    ).exclude(text="")
+    if root_msg_id != SessionBinding.GROUP_SCOPE_KEY:  # the group key reads the whole chat
+        events = events.filter(root_msg_id=root_msg_id)
+    columns = ("bridge_id", "event_type", "actor_id", "bot_profile", "session_name", "metadata", "text")
+    rows = list(events.order_by("-id").values(*columns)[:limit])
+    rows.reverse()
+    transcript = []
+    for row in rows:
+        if row["event_type"] == ThreadEvent.EventType.AGENT_OUTPUT:
+            if row["bridge_id"] == bot.bridge_id:
+                transcript.append(ChatMessage(role="assistant", content=row["text"]))
+                continue
+            label = f"{row['bot_profile']}/{row['session_name']}" if row["session_name"] else row["bot_profile"]
+        else:
+            metadata = row["metadata"] if isinstance(row["metadata"], dict) else {}
+            label = metadata.get("sender_name") or row["actor_id"]
+            if row["event_type"] == ThreadEvent.EventType.USER_REQUEST:
+                label = f"{label} (to you)" if label else "(to you)"
+        transcript.append(ChatMessage(role="user", content=f"{label}: {row['text']}" if label else row["text"]))
+    return transcript
+
+
+def discuss_activation_start(*, bot: Bot, wake: DiscussWake, gate: GateResult) -> Turn | None:
+    """The hand-off to the bridge's turn (P9): one turn for the wake's newest message, with the contract.
+
+    Activated by the judge: the activation contract (the judge's reason as advisory notes) is the last user
+    message of the primary. No gate at all (gate_ran False): the turn runs as it would without the feature.
+    """
+    event = InboundEvent.objects.filter(bot=bot, message_id=wake.last_message_id).first()
+    parsed = message_parse(event.payload) if event is not None else None
+    if parsed is None:
+        return None
+    message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
+    contract = activation_contract(reason=gate.reason) if gate.activated else ""
+    return feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DISCUSS, activation_contract=contract)
+
+
+def _claim(*, wake_id: int, now: datetime) -> bool:
+    """A claimable wake → running, atomically (one conditional UPDATE): one worker fires a wake."""
+    updated = DiscussWake.objects.filter(discuss_wakes_claimable(now=now), pk=wake_id).update(
+        status=DiscussWake.Status.RUNNING, attempts=F("attempts") + 1, updated_at=now
+    )
+    return updated == 1
+
+
+def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
+    """Run the gate for a due wake and, on send (or no gate), start the turn; otherwise the wake ends."""
+    now = now or timezone.now()
+    if not _claim(wake_id=wake_id, now=now):
+        wake = DiscussWake.objects.filter(pk=wake_id).first()
+        if wake is not None and wake.status == DiscussWake.Status.PENDING and wake.due_at > now:
+            discuss_wake_fire_enqueue(wake_id=wake.pk, eta=wake.due_at)  # extended since the task was queued
+            return FIRE_NOT_DUE
+        return FIRE_NOT_CLAIMED
+    wake = DiscussWake.objects.select_related("bot").get(pk=wake_id)
+    bot = wake.bot
+    if wake.attempts > 1:
+        newer = DiscussWake.objects.filter(
+            bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id, created_at__gt=wake.created_at
+        ).exclude(pk=wake.pk)
+        if newer.exists():
+            # A retry whose topic has a newer wake: that one judges the newer messages, one probe is enough.
+            discuss_wake_end(wake=wake, status=DiscussWake.Status.DONE, error="superseded by a newer wake")
+            return FIRE_SUPERSEDED
+    # The configuration is cached (0 queries): a gate that will not judge needs no transcript read.
+    will_judge = not gate_config_get(bot=bot).cause
+    transcript = (
+        discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id) if will_judge else []
+    )
+    gate = probe_gate_run(
+        bot=bot,
+        transcript=transcript,
+        thread=_session_thread(wake=wake),
+        wake_id=wake.pk,
+        topic=f"{wake.chat_id}:{wake.root_msg_id}",
+    )
+    if gate.retryable and wake.attempts < MAX_ATTEMPTS:
+        backoff = timedelta(seconds=RETRY_BACKOFF_SECONDS[wake.attempts - 1])
+        wake.due_at = now + backoff
+        discuss_wake_end(wake=wake, status=DiscussWake.Status.FAILED, error=gate.judgement.error, extra=["due_at"])
+        discuss_wake_fire_enqueue(wake_id=wake.pk, eta=wake.due_at)
+        logger.warning(
+            "discuss wake retry scheduled",
+            extra={"bot_id": bot.pk, "wake_id": wake.pk, "attempts": wake.attempts, "due_at": wake.due_at.isoformat()},
+        )
+        return FIRE_RETRY
+    if not gate.proceeds:
+        if gate.retryable:  # the provider fault persisted through every attempt: failed closed, and visible
+            discuss_wake_end(wake=wake, status=DiscussWake.Status.FAILED, error=gate.judgement.error)
+            return FIRE_FAILED
+        discuss_wake_end(
+            wake=wake, status=DiscussWake.Status.DONE, error="" if gate.outcome == "no_action" else gate.cause
+        )
+        return FIRE_DECLINED
+    with transaction.atomic():
+        # An @ or reply answered this timeline while the judge ran (G4): that turn is the one answer.
+        if not DiscussWake.objects.select_for_update().filter(pk=wake.pk, status=DiscussWake.Status.RUNNING).exists():
+            return FIRE_ABSORBED
+        # The turn, its wake and its judgement commit together (the turn is enqueued, and any notice sent, only
+        # after): a turn the sweeper re-queues always finds the judgement its contract is rebuilt from (P9).
+        turn = discuss_activation_start(bot=bot, wake=wake, gate=gate)
+        if turn is None:
+            # the wake's message is not stored, or its session was retired (the user was told to start anew)
+            discuss_wake_end(wake=wake, status=DiscussWake.Status.DONE, error="no turn started")
+            return FIRE_NO_SOURCE
+        wake.turn = turn
+        discuss_wake_end(wake=wake, status=DiscussWake.Status.DONE, error="", extra=["turn"])
+        ProbeJudgement.objects.filter(pk=gate.judgement.pk).update(turn=turn, thread_id=turn.thread_id)
+    return FIRE_STARTED
+
+
+def _session_thread(*, wake: DiscussWake) -> Thread | None:
+    """The topic's live session thread, if one exists yet: the gate's log and row carry it as session_id."""
+    thread_id = (
+        SessionBinding.objects.filter(
+            bot_profile=wake.bot.slug, chat_id=wake.chat_id, scope_key=wake.root_msg_id, retired_at__isnull=True
+        )
+        .values_list("agent_thread_id", flat=True)
+        .first()
+    )
+    return Thread.objects.filter(pk=thread_id).first() if thread_id is not None else None
