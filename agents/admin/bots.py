@@ -1,135 +1,24 @@
-"""ModelAdmins for providers, models, profiles, bots, threads and messages.
+"""ModelAdmins for bots and user profiles.
 
-Secrets (Provider.api_key, Bot.feishu_app_secret / encrypt_key / verification_token) are write-only: the form
-field renders empty, a blank submission keeps the stored value, "clear" empties it, and lists show only
-"set" / "not set". Masks are derived (V4) and runtime modes are immutable, so neither is editable here.
+A bot's Feishu secrets (app secret, encrypt key, verification token) are write-only (agents.admin.secrets); the
+list shows only how many are set. Its two model selects mark a model whose provider failed its last test.
 """
 
 from django import forms
 from django.contrib import admin
-from django.contrib.admin.views.autocomplete import AutocompleteJsonView
-from django.contrib.admin.widgets import AutocompleteSelect
 from django.core.validators import MaxValueValidator
-from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from agents.admin.turns import test_connection
-from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
-from agents.services.threads import thread_create
+from agents.admin.providers import MarkedModelAutocompleteSelect, model_choice_label
+from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm
+from agents.models import Bot, UserProfile
 from agents.tools.turns import tool_budget_max_seconds
-from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
-from core.admin import compact_time, explained, list_url, related_links
 
-SECRET_HELP_TEXT = _("Write-only: never shown. Leave blank to keep the current value.")
-PROVIDER_TIMEOUT_MIN_SECONDS = 1.0
-PROVIDER_TIMEOUT_MAX_SECONDS = 600.0
-PROVIDER_MAX_RETRIES = 5
 PROBE_DEBOUNCE_MAX_MS = 10 * 60 * 1000
 TOOL_MAX_STEPS_LIMIT = 50
 MAX_KEY_COLUMN_CHARS = 32
-MAX_CONTENT_COLUMN_CHARS = 60
-
-
-def visibility_in_words(mask: int) -> str:
-    """A message's visibility mask (V1) as words: which of /history and the model's context see it."""
-    seen_by = [str(word) for bit, word in ((UI_HISTORY, _("history")), (CONTEXT_ASSEMBLY, _("context"))) if mask & bit]
-    return explained(" + ".join(seen_by) if seen_by else _("hidden (neither history nor context)"), str(mask))
-
-
-def model_choice_label(model: LLMModel) -> str:
-    """A model as the bot form's selects show it: marked when its provider failed its last connection test."""
-    if model.provider.last_test_ok is False:
-        return gettext("⚠ %(model)s — its provider failed its last test") % {"model": model}
-    return str(model)
-
-
-class MarkedModelAutocompleteView(AutocompleteJsonView):
-    """The model autocomplete of the bot form: Django's, with each model labelled by `model_choice_label`."""
-
-    def get_queryset(self):
-        return super().get_queryset().select_related("provider")
-
-    def serialize_result(self, obj: LLMModel, to_field_name: str) -> dict:
-        return {**super().serialize_result(obj, to_field_name), "text": model_choice_label(obj)}
-
-
-class MarkedModelAutocompleteSelect(AutocompleteSelect):
-    url_name = "%s:agents_llmmodel_marked_autocomplete"
-
-
-def secret_state(value: str) -> str:
-    return gettext("set") if value else gettext("not set")
-
-
-class SecretField(forms.CharField):
-    """A password input that never renders a value; blank means "keep the stored one"."""
-
-    def __init__(self, **kwargs) -> None:
-        kwargs.setdefault("required", False)
-        kwargs.setdefault("widget", forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}))
-        kwargs.setdefault("help_text", SECRET_HELP_TEXT)
-        super().__init__(**kwargs)
-
-
-class ClearSecretField(forms.BooleanField):
-    def __init__(self, **kwargs) -> None:
-        kwargs.setdefault("required", False)
-        kwargs.setdefault("help_text", _("Tick to remove the stored value."))
-        super().__init__(**kwargs)
-
-
-class SecretFieldsForm(forms.ModelForm):
-    """A ModelForm whose `secret_fields` are SecretFields, each with a `<name>_clear` ClearSecretField."""
-
-    secret_fields: tuple[str, ...] = ()
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        for name in self.secret_fields:
-            # The stored secret never enters the form: blank initial, so "left blank" is also "unchanged".
-            self.initial[name] = ""
-            if name in self.fields:
-                is_set = bool(self.instance.pk and getattr(self.instance, name))
-                self.fields[name].help_text = gettext("%(help)s Currently %(state)s.") % {
-                    "help": SECRET_HELP_TEXT,
-                    "state": secret_state(is_set),
-                }
-
-    def clean(self) -> dict:
-        cleaned = super().clean()
-        for name in self.secret_fields:
-            if cleaned.get(f"{name}_clear"):
-                cleaned[name] = ""
-            elif not cleaned.get(name):
-                # Blank means "unchanged": keep what is stored (the form never had it to send back).
-                cleaned[name] = getattr(self.instance, name) if self.instance.pk else ""
-        return cleaned
-
-
-class ProviderForm(SecretFieldsForm):
-    secret_fields = ("api_key",)
-    base_url = forms.URLField(required=False, assume_scheme="https", help_text=_("Empty: the SDK's default endpoint."))
-    api_key = SecretField(label=_("API key"))
-    api_key_clear = ClearSecretField(label=_("Clear API key"))
-    # Bounds a provider client can work with: a zero timeout fails every call at once, a large retry count
-    # multiplies each attempt (worst case per attempt = timeout × (retries + 1), see agents/llm/registry.py).
-    timeout_seconds = forms.FloatField(
-        min_value=PROVIDER_TIMEOUT_MIN_SECONDS,
-        max_value=PROVIDER_TIMEOUT_MAX_SECONDS,
-        initial=Provider._meta.get_field("timeout_seconds").default,
-    )
-    max_retries = forms.IntegerField(
-        min_value=0,
-        max_value=PROVIDER_MAX_RETRIES,
-        initial=Provider._meta.get_field("max_retries").default,
-        help_text=_("Retries the SDK itself makes."),
-    )
-
-    class Meta:
-        model = Provider
-        fields = "__all__"
 
 
 class BotForm(SecretFieldsForm):
@@ -171,84 +60,6 @@ class BotForm(SecretFieldsForm):
             field.max_value = tool_budget_max_seconds()
             field.validators.append(MaxValueValidator(field.max_value))
             field.widget.attrs["max"] = field.max_value
-
-
-class LLMModelInline(admin.TabularInline):
-    model = LLMModel
-    extra = 0
-    fields = ["name", "display_name", "context_window", "max_output_tokens", "supports_tool_calls", "is_enabled"]
-    show_change_link = True
-
-
-@admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
-    form = ProviderForm
-    list_display = [
-        "name",
-        "kind",
-        "base_url",
-        "api_key_state",
-        "timeout_seconds",
-        "max_retries",
-        "is_enabled",
-        "last_test_state",
-    ]
-    change_form_template = "admin/agents/provider/change_form_with_test.html"
-    list_filter = ["kind", "is_enabled"]
-    search_fields = ["name", "base_url"]
-    fields = [
-        "name",
-        "kind",
-        "base_url",
-        "api_key",
-        "api_key_clear",
-        "timeout_seconds",
-        "max_retries",
-        "is_enabled",
-    ]
-    inlines = [LLMModelInline]
-    actions = [test_connection]
-
-    @admin.display(description=_("API key"))
-    def api_key_state(self, provider: Provider) -> str:
-        return secret_state(provider.api_key)
-
-    @admin.display(description=_("Last test"), ordering="last_test_at")
-    def last_test_state(self, provider: Provider) -> str:
-        if provider.last_test_ok is None:
-            return gettext("never tested")
-        template = (
-            gettext("ok at %(at)s UTC: %(detail)s")
-            if provider.last_test_ok
-            else gettext("FAILED at %(at)s UTC: %(detail)s")
-        )
-        return template % {"at": f"{provider.last_test_at:%Y-%m-%d %H:%M}", "detail": provider.last_test_detail}
-
-
-@admin.register(LLMModel)
-class LLMModelAdmin(admin.ModelAdmin):
-    list_display = [
-        "name",
-        "display_name",
-        "provider",
-        "context_window",
-        "max_output_tokens",
-        "supports_tool_calls",
-        "supports_vision",
-        "is_enabled",
-    ]
-    list_filter = ["provider__kind", "provider", "supports_tool_calls", "supports_vision", "is_enabled"]
-    search_fields = ["name", "display_name", "provider__name"]
-    ordering = ["provider__name", "name"]  # stable pages in the list and the probe-model autocomplete
-    list_select_related = ["provider"]
-    autocomplete_fields = ["provider"]
-    actions = [test_connection]
-
-    def get_urls(self):
-        view = MarkedModelAutocompleteView.as_view(admin_site=self.admin_site)
-        return [
-            path("marked-autocomplete/", self.admin_site.admin_view(view), name="agents_llmmodel_marked_autocomplete")
-        ] + super().get_urls()
 
 
 @admin.register(UserProfile)
@@ -396,130 +207,3 @@ class BotAdmin(admin.ModelAdmin):
         # One column for three secrets: how many of app secret, encrypt key, verification token are set.
         secrets = (bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token)
         return gettext("%(set)d of %(total)d set") % {"set": sum(1 for value in secrets if value), "total": 3}
-
-
-@admin.register(Thread)
-class ThreadAdmin(admin.ModelAdmin):
-    # Whether a thread is retired is a filter, not a column: the list fits 1440 px beside the sidebar.
-    list_display = ["id", "title", "bot", "runtime_mode", "channel", "short_external_key", "created"]
-    list_filter = ["runtime_mode", "channel", "bot", ("retired_at", admin.EmptyFieldListFilter)]
-    search_fields = ["title", "external_key", "bot__slug", "bot__name"]
-    list_select_related = ["bot"]
-    autocomplete_fields = ["bot"]
-    date_hierarchy = "created_at"
-    readonly_fields = ["created_at", "messages_link"]
-
-    def get_readonly_fields(self, request, obj=None):
-        # V4: a thread's runtime mode never changes, and it belongs to its bot for good.
-        if obj is not None:
-            return [*self.readonly_fields, "bot", "runtime_mode"]
-        return self.readonly_fields
-
-    @admin.display(description=_("external key"), ordering="external_key")
-    def short_external_key(self, thread: Thread) -> str:
-        key = thread.external_key
-        return key if len(key) <= MAX_KEY_COLUMN_CHARS else key[: MAX_KEY_COLUMN_CHARS - 1] + "…"
-
-    @admin.display(description=_("created"), ordering="created_at")
-    def created(self, thread: Thread) -> str:
-        return compact_time(thread.created_at)
-
-    @admin.display(description=_("Messages"))
-    def messages_link(self, thread: Thread) -> str:
-        if not thread.pk:
-            return "-"
-        url = reverse("admin:agents_message_changelist") + f"?thread__id__exact={thread.pk}"
-        return format_html('<a href="{}">{}</a>', url, _("messages of this thread"))
-
-    def save_model(self, request, obj: Thread, form, change: bool) -> None:
-        if change:
-            super().save_model(request, obj, form, change)
-            return
-        created = thread_create(
-            bot=obj.bot,
-            runtime_mode=obj.runtime_mode,
-            channel=obj.channel,
-            title=obj.title,
-            external_key=obj.external_key,
-        )
-        obj.pk, obj.created_at = created.pk, created.created_at
-        obj._state.adding, obj._state.db = False, created._state.db
-
-
-@admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
-    """Messages are written by conversations (agents.services.threads.message_create), never by hand."""
-
-    list_display = [
-        "id",
-        "thread_link",
-        "thread_runtime_mode",
-        "kind",
-        "visibility",
-        "author",
-        "excerpt",
-        "created",
-    ]
-    list_filter = ["kind", "visibility_mask", "thread__runtime_mode", "thread__bot"]
-    search_fields = ["content", "author", "external_message_id"]
-    search_help_text = _("Content, author or external message id. Filter by thread with ?thread__id__exact=N.")
-    list_select_related = ["thread", "thread__bot"]
-    # No date_hierarchy and no full count: this table is the big one (millions of rows).
-    show_full_result_count = False
-    fields = [
-        "related",
-        "thread",
-        "kind",
-        "visibility",
-        "author",
-        "external_message_id",
-        "content",
-        "prompt",
-        "usage",
-        "created_at",
-    ]
-    readonly_fields = ["related", "visibility"]
-
-    @admin.display(description=_("related"))
-    def related(self, message: Message) -> str:
-        # The bridge is not imported by agents: its inbound event list is linked by URL name.
-        links = [
-            (reverse("admin:agents_thread_change", args=[message.thread_id]), _("thread")),
-            (list_url("agents.message", thread__id__exact=message.thread_id), _("messages of this thread")),
-            (list_url("agents.turn", user_message__id__exact=message.pk), _("turn it started")),
-            (list_url("agents.turn", reply_message__id__exact=message.pk), _("turn that wrote it")),
-        ]
-        if message.external_message_id:
-            links.append((list_url("feishu.inboundevent", message_id=message.external_message_id), _("inbound event")))
-        return related_links(links)
-
-    @admin.display(description=_("visibility"), ordering="visibility_mask")
-    def visibility(self, message: Message) -> str:
-        return visibility_in_words(message.visibility_mask)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return request.user.is_superuser  # a conversation's record: deleted by a superuser only (A4)
-
-    @admin.display(description=_("Thread"), ordering="thread")
-    def thread_link(self, message: Message) -> str:
-        url = reverse("admin:agents_thread_change", args=[message.thread_id])
-        return format_html('<a href="{}">{}</a>', url, message.thread_id)
-
-    @admin.display(description=_("Runtime mode"), ordering="thread__runtime_mode")
-    def thread_runtime_mode(self, message: Message) -> str:
-        return message.thread.get_runtime_mode_display()
-
-    @admin.display(description=_("Content"))
-    def excerpt(self, message: Message) -> str:
-        content = message.content
-        return content if len(content) <= MAX_CONTENT_COLUMN_CHARS else content[: MAX_CONTENT_COLUMN_CHARS - 1] + "…"
-
-    @admin.display(description=_("created"), ordering="created_at")
-    def created(self, message: Message) -> str:
-        return compact_time(message.created_at)
