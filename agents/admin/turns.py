@@ -4,8 +4,6 @@ The turn detail page is read-only and shows what an operator needs to answer "wh
 what did it say": the request as sent, the output, usage, timings and every attempt.
 """
 
-import uuid
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -16,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agents.admin.tool_calls import TurnToolCallInline
 from agents.models import Automation, Turn
-from agents.services.automations import automation_delete, automation_save
+from agents.services.automations import automation_delete, automation_run_now, automation_save
 from core.admin import AuditAdmin, compact_time, dict_table, list_url, pretty_json, related_links
 
 MAX_ERROR_COLUMN_CHARS = 64
@@ -182,19 +180,14 @@ class AutomationAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Run now"))
     def run_now(self, request: HttpRequest, queryset: QuerySet[Automation]) -> None:
-        from kombu.exceptions import OperationalError
-
-        from agents.tasks import automation_run_task
-
         queued = 0
         for automation in queryset:
-            try:
-                automation_run_task.delay(automation.pk, f"run-now-{uuid.uuid4().hex}")
-            except OperationalError:  # the broker is down: say so instead of a 500
-                message = gettext("%(name)s: the task queue is unreachable, try again later.")
-                self.message_user(request, message % {"name": automation.name}, messages.ERROR)
+            if automation_run_now(automation=automation):
+                queued += 1
                 continue
-            queued += 1
+            # The broker is down: say so instead of a 500.
+            message = gettext("%(name)s: the task queue is unreachable, try again later.")
+            self.message_user(request, message % {"name": automation.name}, messages.ERROR)
         if queued:
             message = ngettext("Queued %(count)d automation run.", "Queued %(count)d automation runs.", queued)
             self.message_user(request, message % {"count": queued}, messages.SUCCESS)
