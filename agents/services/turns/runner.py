@@ -52,7 +52,7 @@ from agents.services.turns.channels import (
     channel_for,
 )
 from agents.tools.loop import model_call
-from agents.tools.turns import ToolServerUnavailableError, turn_tools_run
+from agents.tools.turn_tools import ToolServerUnavailableError, turn_tools_run
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
