@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from agents.admin.providers import MarkedModelAutocompleteSelect, model_choice_label
 from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm
 from agents.models import Bot, UserProfile
-from agents.tools.turn_tools import tool_budget_max_seconds
+from agents.tools.budget import tool_budget_max_seconds
 
 PROBE_DEBOUNCE_MAX_MS = 10 * 60 * 1000
 TOOL_MAX_STEPS_LIMIT = 50

@@ -174,7 +174,7 @@ class Bot(models.Model):
         help_text=_("The language of the bot's own replies in chat (/help, session ended, quoted message unreadable)."),
     )
     # The tool loop's limits for this bot (M2); null = the hub's AMUX_TOOL_* settings. A server may tighten them
-    # further, and the time budget is always clamped to fit the Celery task's soft time limit (agents.tools.turn_tools).
+    # further, and the time budget is always clamped to fit the Celery task's soft time limit (agents.tools.budget).
     tool_max_steps = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text=_("Most tool steps per turn. Empty: the hub's default.")
     )
