@@ -2,14 +2,17 @@ from celery.signals import worker_init
 from django.apps import AppConfig
 from django.utils.translation import gettext_lazy as _
 
+from agents.tools import checks  # noqa: F401 - registers the tool loop's system checks
+
 
 class AgentsConfig(AppConfig):
     name = "agents"
     verbose_name = _("Agents")
 
     def ready(self) -> None:
+        # Not at the top: the registry imports agents.models, which cannot load while Django is still importing
+        # the apps' configs; ready() is where Django allows it.
         from agents.llm.registry import provider_adapters_preload
-        from agents.tools import checks  # noqa: F401 - registers the tool loop's system checks
 
         def preload(**kwargs) -> None:
             provider_adapters_preload()

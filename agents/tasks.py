@@ -1,19 +1,21 @@
 """Celery tasks of the agents app: thin, each loads by id and calls one service.
 
-This module imports no service at load time (services enqueue these tasks: agents.services.enqueue). Every turn,
-whatever its trigger, runs in `turn_run_task` (acks_late, reject_on_worker_lost): a worker killed mid-turn leaves
-the message unacknowledged, the broker redelivers it and the idempotent turn completes exactly once. A transient
-failure comes back as `TurnRetryLater` and becomes a Celery retry after its backoff (run eagerly, without a broker,
-the task tries again at once; the ledger's attempt caps bound it either way). A database blip mid-turn
-(`OperationalError`, `InterfaceError`) is retried too, after a few seconds and a bounded number of times: the
-retry claims the turn again (a `running` turn is re-claimable, and the reply's conditional store keeps one
-reply), so the turn is picked up in seconds instead of waiting for the sweeper's time limit; past the bound the
-error propagates and the sweeper recovers the turn as before.
+This module imports no service at load time: services enqueue these tasks (agents.services.enqueue), so each
+task imports its service when it runs. Every turn, whatever its trigger, runs in `turn_run_task` (acks_late,
+reject_on_worker_lost): a worker killed mid-turn leaves the message unacknowledged, the broker redelivers it and
+the idempotent turn completes exactly once. A transient failure comes back as `TurnRetryLater` and becomes a
+Celery retry after its backoff (run eagerly, without a broker, the task tries again at once; the ledger's attempt
+caps bound it either way). A database blip mid-turn (`OperationalError`, `InterfaceError`) is retried too, after
+a few seconds and a bounded number of times: the retry claims the turn again (a `running` turn is re-claimable,
+and the reply's conditional store keeps one reply), so the turn is picked up in seconds instead of waiting for
+the sweeper's time limit; past the bound the error propagates and the sweeper recovers the turn as before.
 """
 
 from celery import shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
+
+from agents.models import Automation
 
 # Above the ledger's caps (model attempts + delivery attempts), which are the real bound.
 TURN_TASK_MAX_RETRIES = 16
@@ -59,7 +61,6 @@ def turn_run_task(self, turn_id: int, database_retries: int = 0) -> str:
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_TASK_MAX_RETRIES)
 def automation_run_task(self, automation_id: int, run_id: str = "") -> str | None:
     """Beat's entry point (and "Run now"'s): one run of the automation; the turn's outcome, or None (not run)."""
-    from agents.models import Automation
     from agents.services.automations import automation_run
     from agents.services.turns import TurnRetryLater
 

@@ -1,6 +1,6 @@
 """The ModelAdmin of MCP servers (M1); the turn page's tool-call timeline is agents.admin.tool_calls.
 
-A server's environment and headers are secrets: write-only like the others (agents.admin.core), entered as a
+A server's environment and headers are secrets: write-only like the others (agents.admin.secrets), entered as a
 JSON object of strings. "Test" on the server's page connects afresh, lists the tools and stores the outcome.
 """
 
@@ -15,7 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from agents.admin.core import ClearSecretField, SecretField, SecretFieldsForm, secret_state
+from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm, secret_state
 from agents.mcp.services import mcp_server_test
 from agents.models import McpServer
 

@@ -1,7 +1,6 @@
 """The turn page's timeline of tool calls (M2): a read-only inline on TurnAdmin (agents.admin.turns).
 
-A module of its own so that agents.admin.turns needs nothing from the MCP server admin (which uses core's
-secret-field helpers, and core imports turns).
+A module of its own so that agents.admin.turns needs nothing from the MCP server admin.
 """
 
 import json

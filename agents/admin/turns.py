@@ -1,26 +1,20 @@
-"""ModelAdmins for turns and automations, and the "test connection" action of providers and models.
+"""ModelAdmins for turns and automations.
 
 The turn detail page is read-only and shows what an operator needs to answer "what did the model get and
 what did it say": the request as sent, the output, usage, timings and every attempt.
 """
 
-import uuid
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from agents.admin.tool_calls import TurnToolCallInline
-from agents.llm.base import LLMError
-from agents.llm.registry import llm_connection_test
-from agents.models import Automation, LLMModel, Provider, Turn
-from agents.services.automations import automation_delete, automation_save
-from agents.services.providers import provider_last_test_record
+from agents.models import Automation, Turn
+from agents.services.automations import automation_delete, automation_run_now, automation_save
 from core.admin import AuditAdmin, compact_time, dict_table, list_url, pretty_json, related_links
 
 MAX_ERROR_COLUMN_CHARS = 64
@@ -186,55 +180,14 @@ class AutomationAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Run now"))
     def run_now(self, request: HttpRequest, queryset: QuerySet[Automation]) -> None:
-        from kombu.exceptions import OperationalError
-
-        from agents.tasks import automation_run_task
-
         queued = 0
         for automation in queryset:
-            try:
-                automation_run_task.delay(automation.pk, f"run-now-{uuid.uuid4().hex}")
-            except OperationalError:  # the broker is down: say so instead of a 500
-                message = gettext("%(name)s: the task queue is unreachable, try again later.")
-                self.message_user(request, message % {"name": automation.name}, messages.ERROR)
+            if automation_run_now(automation=automation):
+                queued += 1
                 continue
-            queued += 1
+            # The broker is down: say so instead of a 500.
+            message = gettext("%(name)s: the task queue is unreachable, try again later.")
+            self.message_user(request, message % {"name": automation.name}, messages.ERROR)
         if queued:
             message = ngettext("Queued %(count)d automation run.", "Queued %(count)d automation runs.", queued)
             self.message_user(request, message % {"count": queued}, messages.SUCCESS)
-
-
-@admin.action(description=_("Test connection (one tiny call)"))
-def test_connection(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
-    """For Provider and LLMModel changelists: one tiny call per model, the result reported per row."""
-    if queryset.model is Provider:
-        models: list[LLMModel] = []
-        for provider in queryset:
-            model = provider.models.filter(is_enabled=True).order_by("id").first()
-            if model is None:
-                message = gettext("%(provider)s: no enabled model to test with.") % {"provider": provider.name}
-                modeladmin.message_user(request, message, messages.WARNING)
-            else:
-                models.append(model)
-    else:
-        models = list(queryset.select_related("provider"))
-    for model in models:
-        label = f"{model.provider.name} / {model.name}"
-        if model.provider.kind == Provider.Kind.LOCAL_RULES:
-            label += " " + gettext("(rule-based, offline)")
-        try:
-            answer, elapsed_ms = llm_connection_test(model=model)
-        except LLMError as exc:
-            detail = f"{type(exc).__name__}: {exc.message}"
-            provider_last_test_record(provider_id=model.provider_id, ok=False, detail=detail, at=timezone.now())
-            modeladmin.message_user(request, f"{label}: {detail}", messages.ERROR)
-            continue
-        provider_last_test_record(
-            provider_id=model.provider_id, ok=True, detail=f"{model.name}: OK in {elapsed_ms} ms", at=timezone.now()
-        )
-        message = gettext("%(label)s: OK in %(ms)s ms, answered %(answer)r") % {
-            "label": label,
-            "ms": elapsed_ms,
-            "answer": answer[:80],
-        }
-        modeladmin.message_user(request, message, messages.SUCCESS)

@@ -37,7 +37,7 @@ from agents.llm.errors import (
     TRANSPORT_ERRORS,
     incomplete_stream_error,
     malformed_answer_error,
-    non_json_error,
+    sdk_complete,
     stainless_sdk_error,
     transport_error,
     without_secret,
@@ -140,17 +140,15 @@ class AnthropicClient:
         return body
 
     def complete(self, request: CompletionRequest) -> CompletionResult:
-        provider = self.settings.name
-        try:
-            response = self.client.messages.create(**self.request_body(request))
-        except anthropic.AnthropicError as exc:
-            raise without_secret(map_anthropic_error(exc, provider=provider), secret=self.settings.api_key) from exc
-        if not isinstance(response, anthropic.types.Message):
-            raise non_json_error(provider=provider, body=response)
-        try:
-            return self.result_from(response, provider=provider)
-        except MALFORMED_ANSWER_ERRORS as exc:
-            raise malformed_answer_error(provider=provider, error=exc) from exc
+        return sdk_complete(
+            call=lambda: self.client.messages.create(**self.request_body(request)),
+            is_answer=lambda response: isinstance(response, anthropic.types.Message),
+            result_from=self.result_from,
+            sdk_errors=(anthropic.AnthropicError,),
+            map_error=map_anthropic_error,
+            provider=self.settings.name,
+            secret=self.settings.api_key,
+        )
 
     def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
         provider = self.settings.name

@@ -1,4 +1,5 @@
-"""Helpers every adapter uses to turn an HTTP failure into one of our `LLMError` types.
+"""Helpers every adapter uses to turn an HTTP failure into one of our `LLMError` types, and the one error path
+of every adapter's `complete()` (`sdk_complete`).
 
 One mapping for all providers, so "429 → rate limited" or "503 → transient" cannot drift between adapters:
 401/403 → AuthenticationError; 429 → RateLimitedError (with retry-after from the headers, or Gemini's
@@ -18,6 +19,7 @@ import httpx2
 
 from agents.llm.base import (
     AuthenticationError,
+    CompletionResult,
     ContextOverflowError,
     LLMError,
     PermanentError,
@@ -210,3 +212,37 @@ def malformed_answer_error(*, provider: str, error: Exception) -> PermanentError
         f"({type(error).__name__}: {short(str(error))[:120]})",
         provider=provider,
     )
+
+
+def any_response(response: Any) -> bool:
+    return True
+
+
+def sdk_complete(
+    *,
+    call: Callable[[], Any],
+    result_from: Callable[..., CompletionResult],
+    sdk_errors: tuple[type[Exception], ...],
+    map_error: Callable[..., LLMError],
+    provider: str,
+    secret: str,
+    is_answer: Callable[[Any], bool] = any_response,
+) -> CompletionResult:
+    """One non-streamed call, the same way for every adapter: `call()` makes the SDK's request, and each way it can
+    fail becomes one of our errors.
+
+    - an SDK error (one of `sdk_errors`) is mapped by `map_error(exc, provider=...)`, the API key masked in it;
+    - a response `is_answer` refuses (an SDK that hands back a proxy's page as text) is a non-JSON answer;
+    - reading the answer (`result_from(response, provider=...)`) with the wrong shape is a malformed answer.
+    Anything else (a bug of ours while building the request) propagates unchanged.
+    """
+    try:
+        response = call()
+    except sdk_errors as exc:
+        raise without_secret(map_error(exc, provider=provider), secret=secret) from exc
+    if not is_answer(response):
+        raise non_json_error(provider=provider, body=response)
+    try:
+        return result_from(response, provider=provider)
+    except MALFORMED_ANSWER_ERRORS as exc:
+        raise malformed_answer_error(provider=provider, error=exc) from exc

@@ -32,6 +32,7 @@ from agents.llm.errors import (
     incomplete_stream_error,
     malformed_answer_error,
     non_json_error,
+    sdk_complete,
     short,
     transport_error,
     without_secret,
@@ -40,6 +41,9 @@ from agents.llm.settings import ProviderSettings
 from agents.llm.streaming import callback_errors_unwrapped, text_emitter
 
 RETRYABLE_STATUS_CODES = [408, 429, 500, 502, 503, 504]
+# What a call through google-genai can raise for the provider's fault (map_gemini_error sorts them): its APIError,
+# a ValueError for a body that is not the JSON it expects, and the transport's errors it lets through.
+SDK_ERRORS: tuple[type[Exception], ...] = (genai_errors.APIError, ValueError, *TRANSPORT_ERRORS)
 
 
 def is_overflow_message(message: str) -> bool:
@@ -178,16 +182,16 @@ class GeminiClient:
         }
 
     def complete(self, request: CompletionRequest) -> CompletionResult:
-        provider = self.settings.name
+        # Built outside `call`: a ValueError while building the request is ours, not a provider's non-JSON body.
         contents, config = self.request_parts(request)
-        try:
-            response = self.client.models.generate_content(model=request.model, contents=contents, config=config)
-        except (genai_errors.APIError, ValueError, *TRANSPORT_ERRORS) as exc:
-            raise without_secret(map_gemini_error(exc, provider=provider), secret=self.settings.api_key) from exc
-        try:
-            return self.result_from(response, provider=provider)
-        except MALFORMED_ANSWER_ERRORS as exc:
-            raise malformed_answer_error(provider=provider, error=exc) from exc
+        return sdk_complete(
+            call=lambda: self.client.models.generate_content(model=request.model, contents=contents, config=config),
+            result_from=self.result_from,
+            sdk_errors=SDK_ERRORS,
+            map_error=map_gemini_error,
+            provider=self.settings.name,
+            secret=self.settings.api_key,
+        )
 
     def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
         provider = self.settings.name
@@ -212,7 +216,7 @@ class GeminiClient:
                         if part.text and not part.thought:
                             emit(part.text)
                         parts.append(part)
-            except (genai_errors.APIError, ValueError, *TRANSPORT_ERRORS) as exc:
+            except SDK_ERRORS as exc:
                 raise without_secret(map_gemini_error(exc, provider=provider), secret=self.settings.api_key) from exc
             if seen_candidates and finish_reason is None:  # the stream ended without its last chunk
                 raise incomplete_stream_error(provider=provider)

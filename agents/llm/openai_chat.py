@@ -34,6 +34,7 @@ from agents.llm.errors import (
     incomplete_stream_error,
     malformed_answer_error,
     non_json_error,
+    sdk_complete,
     stainless_sdk_error,
     without_secret,
 )
@@ -155,19 +156,19 @@ class OpenAIChatClient:
         return body
 
     def complete(self, request: CompletionRequest) -> CompletionResult:
-        provider = self.settings.name
-        try:
-            response = create_untransformed(
+        return sdk_complete(
+            call=lambda: create_untransformed(
                 self.client.chat.completions.create, self.request_body(request), messages=()
-            )
-        except openai.OpenAIError as exc:
-            raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
-        if not isinstance(response, openai.types.chat.ChatCompletion) or not response.choices:
-            raise non_json_error(provider=provider, body=response)
-        try:
-            return self.result_from(response, provider=provider)
-        except MALFORMED_ANSWER_ERRORS as exc:
-            raise malformed_answer_error(provider=provider, error=exc) from exc
+            ),
+            is_answer=lambda response: (
+                isinstance(response, openai.types.chat.ChatCompletion) and bool(response.choices)
+            ),
+            result_from=self.result_from,
+            sdk_errors=(openai.OpenAIError,),
+            map_error=map_openai_error,
+            provider=self.settings.name,
+            secret=self.settings.api_key,
+        )
 
     def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
         provider = self.settings.name

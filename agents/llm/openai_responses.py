@@ -23,7 +23,7 @@ from agents.llm.errors import (
     error_for_status,
     incomplete_stream_error,
     malformed_answer_error,
-    non_json_error,
+    sdk_complete,
     stream_error_status,
     without_secret,
 )
@@ -99,17 +99,15 @@ class OpenAIResponsesClient:
         return body
 
     def complete(self, request: CompletionRequest) -> CompletionResult:
-        provider = self.settings.name
-        try:
-            response = create_untransformed(self.client.responses.create, self.request_body(request))
-        except openai.OpenAIError as exc:
-            raise without_secret(map_openai_error(exc, provider=provider), secret=self.settings.api_key) from exc
-        if not isinstance(response, openai.types.responses.Response):
-            raise non_json_error(provider=provider, body=response)
-        try:
-            return self.result_from(response, provider=provider)
-        except MALFORMED_ANSWER_ERRORS as exc:
-            raise malformed_answer_error(provider=provider, error=exc) from exc
+        return sdk_complete(
+            call=lambda: create_untransformed(self.client.responses.create, self.request_body(request)),
+            is_answer=lambda response: isinstance(response, openai.types.responses.Response),
+            result_from=self.result_from,
+            sdk_errors=(openai.OpenAIError,),
+            map_error=map_openai_error,
+            provider=self.settings.name,
+            secret=self.settings.api_key,
+        )
 
     def stream(self, request: CompletionRequest, *, on_text: Callable[[str], None]) -> CompletionResult:
         provider = self.settings.name

@@ -18,12 +18,13 @@ import importlib
 import logging
 import sys
 import threading
+import time
 
 from django.conf import settings as django_settings
 from django.db import DatabaseError
 from django.db import connections as db_connections
 
-from agents.llm.base import CompletionRequest, LLMClient, PermanentError
+from agents.llm.base import ChatMessage, CompletionRequest, LLMClient, PermanentError
 from agents.llm.settings import ProviderSettings
 from agents.models import LLMModel, Provider
 
@@ -162,10 +163,6 @@ CONNECTION_TEST_PROMPT = "Reply with the single word: pong"
 
 def llm_connection_test(*, model: LLMModel) -> tuple[str, int]:
     """One tiny call to `model`: (its answer, milliseconds). Raises the provider's LLMError on failure."""
-    import time
-
-    from agents.llm.base import ChatMessage, CompletionRequest
-
     request = CompletionRequest(
         model=model.name,
         messages=(ChatMessage(role="user", content=CONNECTION_TEST_PROMPT),),

@@ -197,6 +197,7 @@ class McpConnection:
         raise McpConnectError(f"{self.config.name}: unknown transport {self.config.transport!r}")
 
     async def _own(self, ready: concurrent.futures.Future) -> None:
+        # Lazy SDK import: see _sdk_error.
         import anyio
         import httpx2
         from mcp import Client

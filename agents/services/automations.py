@@ -16,6 +16,7 @@ never imports the bridge); without a chat, replied is delivered at once.
 
 import json
 import logging
+import uuid
 
 from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
@@ -23,6 +24,8 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from agents.models import Automation, Bot, Thread, Turn
 from agents.services.threads import thread_create
 from agents.services.turns import turn_get_or_create, turn_run
+from agents.tasks import automation_run_task
+from core.tasks_enqueue import task_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +105,16 @@ def automation_thread_get_or_create(*, automation: Automation) -> Thread:
             locked.save(update_fields=["thread"])
     automation.thread = locked.thread
     return locked.thread
+
+
+def automation_run_now(*, automation: Automation) -> bool:
+    """Queue one run now ("Run now"), whatever the schedule says; False when the broker cannot take it.
+
+    The run gets a fresh run id, so it is a turn of its own beside the scheduled ones (and runs even when the
+    automation is disabled: asking for it is the operator's decision).
+    """
+    run_id = f"run-now-{uuid.uuid4().hex}"
+    return task_enqueue(task=automation_run_task, args=[automation.pk, run_id], what="automation run")
 
 
 def automation_run(*, automation: Automation, run_id: str) -> str:

@@ -1,4 +1,4 @@
-"""Tools in a turn (ARCHITECTURE M2, M3): `loop` is the bounded tool loop (no ORM); `turns` runs it for a Turn;
+"""Tools in a turn (ARCHITECTURE M2, M3): `loop` is the bounded tool loop (no ORM); `turn_tools` runs it for a Turn;
 `checks` refuses settings whose tool budget could never fit the Celery task's soft time limit.
 
 Re-runs, and which tools are safe to repeat. A turn is one Celery task (acks_late): a worker killed mid-loop

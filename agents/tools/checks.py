@@ -2,14 +2,14 @@
 
 A turn runs inside one Celery task: connecting to its servers, the tool budget and then the final answer must
 all end before the task's soft time limit, or the limit would cut every long tool turn short. The per-turn
-fit to the provider's own timeouts is agents.tools.turns.budget_within_soft_limit; this check catches the
+fit to the provider's own timeouts is agents.tools.budget.budget_within_soft_limit; this check catches the
 settings that could never fit, whatever the provider.
 """
 
 from django.conf import settings
 from django.core.checks import Error, register
 
-from agents.tools.turns import SOFT_LIMIT_MARGIN_SECONDS, task_soft_limit_seconds, tool_budget_max_seconds
+from agents.tools.budget import SOFT_LIMIT_MARGIN_SECONDS, task_soft_limit_seconds, tool_budget_max_seconds
 
 TOOL_BUDGET_OVER_SOFT_LIMIT = "agents.E001"
 

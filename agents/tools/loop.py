@@ -159,6 +159,69 @@ def tool_call_run(
     )
 
 
+def budget_spent_record(*, call: ToolCall, step: int, index: int, tools: dict[str, LoopTool]) -> ToolCallRecord:
+    """A call the model asked for once the time budget was used up: recorded as a timeout, never run."""
+    tool = tools.get(call.name)
+    return ToolCallRecord(
+        step=step,
+        index=index,
+        call_id=call.id,
+        name=call.name,
+        server=tool.server if tool is not None else "",
+        tool=tool.tool if tool is not None else call.name,
+        arguments=call.arguments if isinstance(call.arguments, dict) else str(call.arguments),
+        result=f"Tool {call.name!r} was not run: the turn's time budget is used up.",
+        status="timeout",
+        duration_ms=0,
+        error="time budget used up",
+    )
+
+
+def step_calls_run(
+    *,
+    calls: Sequence[ToolCall],
+    step: int,
+    tools: dict[str, LoopTool],
+    limits: ToolLimits,
+    deadline: float,
+    record: Callable[[ToolCallRecord], None],
+    clock: Callable[[], float],
+    on_tool_step: Callable[[str], None] | None,
+) -> list[ToolCallRecord]:
+    """One step's calls in order, each passed to `record` as soon as it has finished (before the next one runs);
+    a call that would start after the deadline is not run."""
+    done: list[ToolCallRecord] = []
+    for index, call in enumerate(calls):
+        remaining = deadline - clock()
+        if remaining <= 0:
+            finished = budget_spent_record(call=call, step=step, index=index, tools=tools)
+        else:
+            if on_tool_step is not None:
+                on_tool_step(tool_step_label(call=call, tools=tools))
+            finished = tool_call_run(
+                call=call,
+                step=step,
+                index=index,
+                tools=tools,
+                timeout_seconds=min(limits.call_timeout_seconds, remaining),
+                clock=clock,
+            )
+        record(finished)
+        done.append(finished)
+        logger.info(
+            "tool call",
+            extra={
+                "step": step,
+                "index": index,
+                "server": finished.server,
+                "tool": finished.tool,
+                "status": finished.status,
+                "duration_ms": finished.duration_ms,
+            },
+        )
+    return done
+
+
 def tool_loop_run(
     *,
     client: LLMClient,
@@ -197,47 +260,20 @@ def tool_loop_run(
         if not result.tool_calls:
             return replace(result, usage=usage), calls
         messages.append(ChatMessage(role="assistant", content=result.text, tool_calls=result.tool_calls))
-        for index, call in enumerate(result.tool_calls):
-            remaining = deadline - clock()
-            if remaining <= 0:
-                done = ToolCallRecord(
-                    step=step,
-                    index=index,
-                    call_id=call.id,
-                    name=call.name,
-                    server=by_name[call.name].server if call.name in by_name else "",
-                    tool=by_name[call.name].tool if call.name in by_name else call.name,
-                    arguments=call.arguments if isinstance(call.arguments, dict) else str(call.arguments),
-                    result=f"Tool {call.name!r} was not run: the turn's time budget is used up.",
-                    status="timeout",
-                    duration_ms=0,
-                    error="time budget used up",
-                )
-            else:
-                if on_tool_step is not None:
-                    on_tool_step(tool_step_label(call=call, tools=by_name))
-                done = tool_call_run(
-                    call=call,
-                    step=step,
-                    index=index,
-                    tools=by_name,
-                    timeout_seconds=min(limits.call_timeout_seconds, remaining),
-                    clock=clock,
-                )
-            record(done)
-            calls.append(done)
-            messages.append(ChatMessage(role="tool", content=done.result, tool_call_id=call.id))
-            logger.info(
-                "tool call",
-                extra={
-                    "step": step,
-                    "index": index,
-                    "server": done.server,
-                    "tool": done.tool,
-                    "status": done.status,
-                    "duration_ms": done.duration_ms,
-                },
-            )
+        done = step_calls_run(
+            calls=result.tool_calls,
+            step=step,
+            tools=by_name,
+            limits=limits,
+            deadline=deadline,
+            record=record,
+            clock=clock,
+            on_tool_step=on_tool_step,
+        )
+        calls.extend(done)
+        messages.extend(
+            ChatMessage(role="tool", content=finished.result, tool_call_id=finished.call_id) for finished in done
+        )
     if clock() >= deadline:
         reason = f"the time budget of {limits.time_budget_seconds:g} s"
     result = model_call(

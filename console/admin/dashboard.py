@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 
-from agents.admin.core import BotAdmin
+from agents.admin.bots import BotAdmin
 from agents.models import Bot
 from console.dashboard.bot_overview import bot_overview_get
 from core.admin import list_url, related_links

@@ -32,9 +32,9 @@ from agents.mcp.client import mcp_connection, mcp_connections_close_all
 from agents.mcp.output import SECRET_MASK
 from agents.mcp.services import mcp_server_config
 from agents.models import Bot, McpServer, Message, Thread, Turn, TurnToolCall
+from agents.tools.budget import SOFT_LIMIT_MARGIN_SECONDS, budget_within_soft_limit, tool_budget_max_seconds
 from agents.tools.checks import TOOL_BUDGET_OVER_SOFT_LIMIT, tool_budget_fits_the_soft_limit
 from agents.tools.loop import FINAL_ANSWER_INSTRUCTION
-from agents.tools.turns import SOFT_LIMIT_MARGIN_SECONDS, budget_within_soft_limit, tool_budget_max_seconds
 from feishu.discuss.sweep import discuss_wakes_sweep
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
 from tests.agents.forms import bot_admin_form_data
@@ -418,7 +418,7 @@ def test_m2_a_turn_whose_final_answer_needs_all_the_soft_limit_runs_no_tool_step
     stdio_server(bot)
 
     # when
-    with caplog.at_level(logging.INFO, logger="agents.tools.turns"):
+    with caplog.at_level(logging.INFO, logger="agents.tools.turn_tools"):
         turn = rest_say(client, thread, "What is 2 + 40?")
 
     # then: one model call, without tools, told that the time budget (fitted to 0 s) is used up

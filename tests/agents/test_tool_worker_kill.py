@@ -5,7 +5,7 @@ The `counter` tool of the MCP stub counts its own invocations in a file, so the 
 really ran, not what the hub believes. Proved here:
 - a call that completed before the crash is replayed to the model from its TurnToolCall row, never run again;
 - a call in flight at the crash was never recorded, so the re-run may run it again (what README and
-  agents.tools.turns document: only tools safe to repeat should be allowed where this matters).
+  agents.tools.turn_tools document: only tools safe to repeat should be allowed where this matters).
 """
 
 import json

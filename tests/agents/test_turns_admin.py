@@ -131,7 +131,7 @@ def test_automation_run_now_with_the_broker_down_reports_it_instead_of_a_500(adm
     automation = automation_create(
         bot=BotFactory(), name="report", prompt="Report.", schedule=CrontabSchedule.objects.create(minute="0")
     )
-    mocker.patch.object(automation_run_task, "delay", side_effect=OperationalError("Connection refused"))
+    mocker.patch.object(automation_run_task, "apply_async", side_effect=OperationalError("Connection refused"))
     # when
     response = admin_client.post(
         "/admin/agents/automation/", {"action": "run_now", "_selected_action": [automation.pk]}, follow=True

@@ -4,7 +4,8 @@
   delivery_failed | failed, + skipped), get_or_create, claim, the attempt caps;
 - `assembly`: token estimation and the primary model's input (pure);
 - `channels`: the port each channel (rest, automation, and the bridge's feishu) implements;
-- `runner`: the one pipeline every trigger runs (`turn_run`), and REST's entry point;
+- `runner`: the one pipeline every trigger runs (`turn_run`);
+- `rest`: REST's entry point (`rest_message_post`);
 - `sweep`: the one sweeper.
 """
 
@@ -43,12 +44,8 @@ from agents.services.turns.ledger import (
     backoff_seconds,
     turn_get_or_create,
 )
-from agents.services.turns.runner import (
-    EMPTY_ANSWER_RETRY_NOTE,
-    REST_MESSAGE_MAX_CHARS,
-    rest_message_post,
-    turn_run,
-)
+from agents.services.turns.rest import REST_MESSAGE_MAX_CHARS, rest_message_post
+from agents.services.turns.runner import EMPTY_ANSWER_RETRY_NOTE, turn_run
 from agents.services.turns.sweep import (
     TURN_MAX_SWEEPS,
     TURN_RUNNING_MARGIN_SECONDS,

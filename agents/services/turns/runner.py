@@ -25,7 +25,7 @@ import logging
 import time
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError
 
 from agents import selectors
 from agents.llm.base import (
@@ -39,11 +39,9 @@ from agents.llm.base import (
     Usage,
 )
 from agents.llm.registry import llm_client_for, request_as_sent
-from agents.models import Message, Thread, Turn
-from agents.services.enqueue import turn_enqueue
-from agents.services.threads import message_create
+from agents.models import LLMModel, Turn
 from agents.services.turns import ledger
-from agents.services.turns.assembly import context_messages_upper_bound, primary_input_build
+from agents.services.turns.assembly import PrimaryInput, context_messages_upper_bound, primary_input_build
 from agents.services.turns.channels import (
     DeliveryPermanent,
     DeliveryRetryable,
@@ -54,13 +52,12 @@ from agents.services.turns.channels import (
     channel_for,
 )
 from agents.tools.loop import model_call
-from agents.tools.turns import ToolServerUnavailableError, turn_tools_run
+from agents.tools.turn_tools import ToolServerUnavailableError, turn_tools_run
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
 
 EMPTY_ANSWER_RETRY_NOTE = "Your previous answer was empty. Restating the requirement:"
-REST_MESSAGE_MAX_CHARS = 32000
 
 # What turn_run returns (tests, logs, the bench).
 OUTCOME_DELIVERED = "delivered"
@@ -205,6 +202,36 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Turn | None:
     model = turn.bot.primary_model
     activation_contract = channel.activation_contract(turn=turn)
     channel.started(turn=turn)
+    primary, model_input = _primary_input(
+        turn=turn, channel=channel, model=model, activation_contract=activation_contract
+    )
+    try:
+        result, model_duration_ms = _answer(
+            turn=turn,
+            channel=channel,
+            model=model,
+            primary=primary,
+            activation_contract=activation_contract,
+            model_input=model_input,
+        )
+    except LLMError as exc:
+        _model_error_record(turn=turn, channel=channel, exc=exc, started=started, model_input=model_input)
+        return None
+    return _reply_store(
+        turn=turn,
+        channel=channel,
+        model=model,
+        result=result,
+        model_duration_ms=model_duration_ms,
+        started=started,
+        model_input=model_input,
+    )
+
+
+def _primary_input(
+    *, turn: Turn, channel: TurnChannel, model: LLMModel, activation_contract: str
+) -> tuple[PrimaryInput, dict]:
+    """The primary model's input for the prepared turn, and the record of it stored on the turn (`model_input`)."""
     # Only messages older than the turn's own user message are context, and no more of them than could fit the
     # window: the thread's length never decides what a turn loads.
     context = selectors.context_messages_list(
@@ -231,45 +258,73 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Turn | None:
         "context_budget_tokens": primary.budget_tokens,
         "messages": [{"role": message.role, "content": message.content} for message in recorded.messages],
     }
-    try:
-        if not turn.bot.is_enabled:
-            raise PermanentError(f"The bot {turn.bot.slug} is disabled.")
-        if not (model.is_enabled and model.provider.is_enabled):
-            raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
-        client = llm_client_for(model=model)
-        model_input["request"] = request_as_sent(client=client, request=recorded)
-        called = time.monotonic()
-        try:
-            result = _complete(
-                turn=turn,
-                client=client,
-                request=primary.request,
-                activation_contract=activation_contract,
-                sink=channel.stream_sink(turn=turn),
-            )
-        except SoftTimeLimitExceeded as exc:
-            # The task's soft limit hit mid-call (a slow provider, SDK retries, the P9 second call): a transient
-            # fault like a timeout, never a task left failed with the turn running.
-            raise TransientError("The provider call ran past the task's soft time limit.") from exc
-    except LLMError as exc:
-        error = storable_text(f"{type(exc).__name__}: {exc.message}")  # provider text is outside text (L3)
-        if exc.retryable:
-            retry_after = exc.retry_after_seconds if isinstance(exc, RateLimitedError) else None
-            _retry_or_fail(
-                turn=turn,
-                channel=channel,
-                error=error,
-                history_started=started,
-                retry_after=retry_after,
-                model_input=model_input,
-            )
-            return None
-        history = ledger.attempt_entry(turn=turn, outcome="failed", started=started, error=error)
-        if ledger.turn_mark_failed(turn_id=turn.pk, error=error, history=history, model_input=model_input):
-            _tell_failed(channel=channel, turn=turn, status=Turn.Status.FAILED)
-        return None
+    return primary, model_input
 
-    model_duration_ms = int((time.monotonic() - called) * 1000)
+
+def _answer(
+    *,
+    turn: Turn,
+    channel: TurnChannel,
+    model: LLMModel,
+    primary: PrimaryInput,
+    activation_contract: str,
+    model_input: dict,
+) -> tuple[CompletionResult, int]:
+    """Step 3 (no transaction open): the model's answer and how long it took, in milliseconds. Adds the request
+    as sent to `model_input` once the client exists. Raises LLMError, a disabled bot or model included."""
+    if not turn.bot.is_enabled:
+        raise PermanentError(f"The bot {turn.bot.slug} is disabled.")
+    if not (model.is_enabled and model.provider.is_enabled):
+        raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
+    client = llm_client_for(model=model)
+    model_input["request"] = request_as_sent(client=client, request=primary.recorded_request)
+    called = time.monotonic()
+    try:
+        result = _complete(
+            turn=turn,
+            client=client,
+            request=primary.request,
+            activation_contract=activation_contract,
+            sink=channel.stream_sink(turn=turn),
+        )
+    except SoftTimeLimitExceeded as exc:
+        # The task's soft limit hit mid-call (a slow provider, SDK retries, the P9 second call): a transient
+        # fault like a timeout, never a task left failed with the turn running.
+        raise TransientError("The provider call ran past the task's soft time limit.") from exc
+    return result, int((time.monotonic() - called) * 1000)
+
+
+def _model_error_record(*, turn: Turn, channel: TurnChannel, exc: LLMError, started: float, model_input: dict) -> None:
+    """A model call that failed: retried later while attempts remain when the error is retryable, else failed."""
+    error = storable_text(f"{type(exc).__name__}: {exc.message}")  # provider text is outside text (L3)
+    if exc.retryable:
+        retry_after = exc.retry_after_seconds if isinstance(exc, RateLimitedError) else None
+        _retry_or_fail(
+            turn=turn,
+            channel=channel,
+            error=error,
+            history_started=started,
+            retry_after=retry_after,
+            model_input=model_input,
+        )
+        return
+    history = ledger.attempt_entry(turn=turn, outcome="failed", started=started, error=error)
+    if ledger.turn_mark_failed(turn_id=turn.pk, error=error, history=history, model_input=model_input):
+        _tell_failed(channel=channel, turn=turn, status=Turn.Status.FAILED)
+
+
+def _reply_store(
+    *,
+    turn: Turn,
+    channel: TurnChannel,
+    model: LLMModel,
+    result: CompletionResult,
+    model_duration_ms: int,
+    started: float,
+    model_input: dict,
+) -> Turn | None:
+    """Step 4: store the answer as the turn's one reply (conditional: of two racing runs, one reply is kept);
+    an empty answer fails the turn instead. The turn when it has a reply, else None."""
     if not result.text.strip():
         error = "The model answered with no text."
         history = ledger.attempt_entry(turn=turn, outcome="failed", started=started, error=error)
@@ -334,20 +389,3 @@ def _deliver(*, turn: Turn, channel: TurnChannel) -> str:
     ledger.turn_mark_delivered(turn=turn)
     logger.info("turn delivered", extra={"turn_id": turn.pk, "bot": turn.bot.slug, "delivery_attempt": attempt})
     return OUTCOME_DELIVERED
-
-
-def rest_message_post(*, thread: Thread, content: str, author: str = "") -> tuple[Message, Turn]:
-    """REST chat: store the user message (mask from the thread, V4), create its turn, run it after commit."""
-    with transaction.atomic():
-        message = message_create(
-            thread=thread, kind=Message.Kind.USER_MESSAGE, content=storable_text(content), author=author
-        )
-        turn, _ = ledger.turn_get_or_create(
-            bot=thread.bot,
-            thread=thread,
-            trigger=Turn.Trigger.REST,
-            source_message_id=f"rest:{message.pk}",
-            user_message=message,
-        )
-        transaction.on_commit(lambda: turn_enqueue(turn_id=turn.pk))
-    return message, turn

@@ -1,12 +1,31 @@
-"""Bots, LLM providers and models, threads and messages (with their visibility mask), turns, automations."""
+"""Bots, LLM providers and models, threads and messages (with their visibility mask), turns.
+
+Automations (agents.models.automations) and MCP servers with their tool calls (agents.models.tools) live in
+submodules and are re-exported here: Django and every caller use `agents.models.X`.
+"""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from agents.models.automations import Automation
+from agents.models.tools import McpServer, TurnToolCall
 from core.fields import EncryptedTextField
+
+__all__ = [
+    "Automation",
+    "Bot",
+    "LLMModel",
+    "McpServer",
+    "Message",
+    "Provider",
+    "Thread",
+    "Turn",
+    "TurnToolCall",
+    "UserProfile",
+]
 
 
 class Provider(models.Model):
@@ -155,7 +174,7 @@ class Bot(models.Model):
         help_text=_("The language of the bot's own replies in chat (/help, session ended, quoted message unreadable)."),
     )
     # The tool loop's limits for this bot (M2); null = the hub's AMUX_TOOL_* settings. A server may tighten them
-    # further, and the time budget is always clamped to fit the Celery task's soft time limit (agents.tools.turns).
+    # further, and the time budget is always clamped to fit the Celery task's soft time limit (agents.tools.budget).
     tool_max_steps = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text=_("Most tool steps per turn. Empty: the hub's default.")
     )
@@ -183,8 +202,6 @@ class Bot(models.Model):
 
     def clean(self) -> None:
         """Probe settings (P11): 'model' needs a model; clearing the model of a 'model' bot returns to inherit."""
-        from django.core.exceptions import ValidationError
-
         super().clean()
         if self.discuss_probe_mode != self.ProbeMode.MODEL or self.discuss_probe_model_id is not None:
             return
@@ -335,110 +352,3 @@ class Turn(models.Model):
         if self.started_at and self.finished_at:
             return int((self.finished_at - self.started_at).total_seconds() * 1000)
         return None
-
-
-class Automation(models.Model):
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="automations")
-    name = models.CharField(max_length=100)
-    prompt = models.TextField()
-    schedule = models.ForeignKey("django_celery_beat.CrontabSchedule", on_delete=models.PROTECT, related_name="+")
-    periodic_task = models.OneToOneField(
-        "django_celery_beat.PeriodicTask", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    thread = models.OneToOneField(Thread, null=True, blank=True, on_delete=models.SET_NULL, related_name="automation")
-    feishu_chat_id = models.CharField(max_length=64, blank=True, help_text="Optional Feishu chat to post each run to.")
-    is_enabled = models.BooleanField(default=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["bot", "name"], name="automation_unique_bot_name"),
-            models.CheckConstraint(condition=~Q(prompt=""), name="automation_prompt_not_empty"),
-        ]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class McpServer(models.Model):
-    """One MCP server a bot may use as tools (M1). Secrets (environment, headers) are encrypted, write-only."""
-
-    class Transport(models.TextChoices):
-        STDIO = "stdio", "stdio (a local command)"
-        STREAMABLE_HTTP = "streamable_http", "Streamable HTTP (a URL)"
-
-    class OnFailure(models.TextChoices):
-        # Per server, not per bot: one bot may depend on its issue tracker and merely like a web search.
-        CONTINUE = "continue", "Continue the turn without this server (the failure is recorded)"
-        FAIL = "fail", "Fail the turn with a readable error"
-
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="mcp_servers")
-    name = models.CharField(
-        max_length=32,
-        validators=[RegexValidator(r"^[a-z][a-z0-9_]*$", "Lower-case letters, digits and _, starting with a letter.")],
-        help_text="Short name; the model sees tools as <name>__<tool>.",
-    )
-    transport = models.CharField(max_length=16, choices=Transport.choices, default=Transport.STDIO)
-    command = models.CharField(max_length=500, blank=True, help_text="stdio: the executable to start.")
-    args = models.JSONField(default=list, blank=True, help_text='stdio: a JSON list of strings, e.g. ["-y", "x"].')
-    # JSON objects of strings, encrypted at rest: API tokens live here.
-    environment = EncryptedTextField(blank=True, help_text="stdio: extra environment variables (JSON object).")
-    url = models.URLField(blank=True, max_length=500, help_text="streamable HTTP: the endpoint URL.")
-    headers = EncryptedTextField(blank=True, help_text="streamable HTTP: request headers (JSON object).")
-    allowed_tools = models.JSONField(
-        default=list, blank=True, help_text="Tool names the bot may call (JSON list); empty: none."
-    )
-    is_enabled = models.BooleanField(default=True)
-    on_failure = models.CharField(max_length=16, choices=OnFailure.choices, default=OnFailure.CONTINUE)
-    # Null: the hub's settings (AMUX_TOOL_*). A turn uses the tightest value among the bot's enabled servers.
-    call_timeout_seconds = models.FloatField(null=True, blank=True)
-    max_steps = models.PositiveSmallIntegerField(null=True, blank=True)
-    time_budget_seconds = models.FloatField(null=True, blank=True)
-    last_test_ok = models.BooleanField(null=True, blank=True)
-    last_test_at = models.DateTimeField(null=True, blank=True)
-    last_test_error = models.TextField(blank=True)
-    last_test_tools = models.JSONField(default=list, blank=True, help_text="[{name, description}] at the last test.")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        verbose_name = "MCP server"
-        constraints = [models.UniqueConstraint(fields=["bot", "name"], name="mcpserver_unique_bot_name")]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.transport})"
-
-
-class TurnToolCall(models.Model):
-    """One tool call of a turn and what came back (M2), recorded before the loop's next step.
-
-    step 0 rows are set-up failures (a server that did not start); calls are steps 1..N, index in the step.
-    """
-
-    class Status(models.TextChoices):
-        OK = "ok", "OK"
-        ERROR = "error", "Error"
-        REFUSED = "refused", "Refused (not allowed)"
-        TIMEOUT = "timeout", "Timed out"
-
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_calls")
-    step = models.PositiveSmallIntegerField()
-    index = models.PositiveSmallIntegerField()
-    call_id = models.CharField(max_length=200, blank=True, help_text="The provider's id of the call.")
-    server = models.CharField(max_length=32, blank=True)
-    tool = models.CharField(max_length=200)
-    arguments = models.JSONField(default=dict, blank=True)
-    result = models.TextField(blank=True, help_text="What the model got back (storable, redacted, capped).")
-    status = models.CharField(max_length=16, choices=Status.choices)
-    duration_ms = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["turn", "step", "index"]
-        constraints = [
-            models.UniqueConstraint(fields=["turn", "step", "index"], name="turntoolcall_unique_turn_step_index")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.tool} ({self.status})"

@@ -22,7 +22,6 @@ turn's reply (M3); the caller stores `result.text` as the one agent_reply.
 
 import json
 import logging
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -37,14 +36,13 @@ from agents.mcp.errors import McpError
 from agents.mcp.output import redacted, tool_output_text
 from agents.mcp.services import bot_call_timeout_seconds, bot_secrets, mcp_server_config, mcp_servers_enabled
 from agents.models import Bot, McpServer, Provider, Turn, TurnToolCall
+from agents.tools.budget import budget_within_soft_limit, task_soft_limit_seconds
 from agents.tools.loop import LoopTool, ToolCallRecord, ToolLimits, model_call, tool_loop_run
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
 
 SETUP_STEP = 0
-# Kept free after the final answer, inside the soft limit: storing the reply and the ledger's writes.
-SOFT_LIMIT_MARGIN_SECONDS = 5.0
 MAX_TOOL_NAME_CHARS = 64  # the strictest provider limit (OpenAI, Gemini)
 MAX_DESCRIPTION_CHARS = 1024
 
@@ -61,39 +59,9 @@ def exposed_tool_name(*, server: str, tool: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}__{tool}")[:MAX_TOOL_NAME_CHARS]
 
 
-def task_soft_limit_seconds() -> float | None:
-    """The Celery task's soft time limit (the turn runs inside one task), or None when there is none."""
-    limit = getattr(settings, "CELERY_TASK_SOFT_TIME_LIMIT", None)
-    return float(limit) if limit else None
-
-
-def tool_budget_max_seconds() -> float:
-    """The largest tool budget any bot may have: connecting and the margin must still fit the soft limit."""
-    soft_limit = task_soft_limit_seconds()
-    if soft_limit is None:
-        return float("inf")
-    return soft_limit - float(settings.AMUX_TOOL_CONNECT_TIMEOUT_SECONDS) - SOFT_LIMIT_MARGIN_SECONDS
-
-
 def final_call_seconds(*, provider: Provider) -> float:
     """The longest one model call can take: each SDK attempt may run to the timeout (agents.llm.registry)."""
     return float(provider.timeout_seconds) * (int(provider.max_retries) + 1)
-
-
-def budget_within_soft_limit(
-    *, budget_seconds: float, soft_limit_seconds: float | None, elapsed_seconds: float, final_call_seconds: float
-) -> float:
-    """The tool budget cut so that what ran already, the budget and the final answer fit the soft limit.
-
-    The final answer is asked for once the budget is used up; it must still finish before the task's soft
-    limit, with SOFT_LIMIT_MARGIN_SECONDS to spare for storing it. A budget cut to 0 means: no tool step, the
-    model answers at once without tools (and is told why).
-    """
-    if soft_limit_seconds is None:
-        return budget_seconds
-    room = soft_limit_seconds - elapsed_seconds - final_call_seconds - SOFT_LIMIT_MARGIN_SECONDS
-    # Whole seconds: the model is told the budget it had ("the time budget of 53 s").
-    return max(0.0, min(budget_seconds, float(math.floor(room))))
 
 
 def tool_limits(*, bot: Bot, servers: Sequence[McpServer]) -> ToolLimits:

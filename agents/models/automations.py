@@ -1,0 +1,33 @@
+"""Automations: a bot's scheduled prompt, run by Celery beat into its own thread (agents.services.automations).
+
+Re-exported by agents.models, which Django and every caller use (`agents.models.Automation`).
+Related models are named by label ("agents.Bot"): agents.models imports this module, so it cannot import them.
+"""
+
+from django.db import models
+from django.db.models import Q
+
+
+class Automation(models.Model):
+    bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="automations")
+    name = models.CharField(max_length=100)
+    prompt = models.TextField()
+    schedule = models.ForeignKey("django_celery_beat.CrontabSchedule", on_delete=models.PROTECT, related_name="+")
+    periodic_task = models.OneToOneField(
+        "django_celery_beat.PeriodicTask", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    thread = models.OneToOneField(
+        "agents.Thread", null=True, blank=True, on_delete=models.SET_NULL, related_name="automation"
+    )
+    feishu_chat_id = models.CharField(max_length=64, blank=True, help_text="Optional Feishu chat to post each run to.")
+    is_enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "name"], name="automation_unique_bot_name"),
+            models.CheckConstraint(condition=~Q(prompt=""), name="automation_prompt_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

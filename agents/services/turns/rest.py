@@ -1,0 +1,30 @@
+"""REST chat's entry point: the user message and its turn are stored in one transaction, the turn is queued
+after commit (a refused enqueue leaves a queued turn the sweeper picks up), and the runner does the rest.
+"""
+
+from django.db import transaction
+
+from agents.models import Message, Thread, Turn
+from agents.services.enqueue import turn_enqueue
+from agents.services.threads import message_create
+from agents.services.turns import ledger
+from core.text import storable_text
+
+REST_MESSAGE_MAX_CHARS = 32000
+
+
+def rest_message_post(*, thread: Thread, content: str, author: str = "") -> tuple[Message, Turn]:
+    """REST chat: store the user message (mask from the thread, V4), create its turn, run it after commit."""
+    with transaction.atomic():
+        message = message_create(
+            thread=thread, kind=Message.Kind.USER_MESSAGE, content=storable_text(content), author=author
+        )
+        turn, _ = ledger.turn_get_or_create(
+            bot=thread.bot,
+            thread=thread,
+            trigger=Turn.Trigger.REST,
+            source_message_id=f"rest:{message.pk}",
+            user_message=message,
+        )
+        transaction.on_commit(lambda: turn_enqueue(turn_id=turn.pk))
+    return message, turn
