@@ -124,8 +124,8 @@ def run() -> None:
 
     from agents.models import Bot, LLMModel, Provider, Turn
     from feishu.inbound.longconn import LongConnection
-    from feishu.models import InboundEvent
     from feishu.inbound.signing import event_request_build, message_event_payload
+    from feishu.models import InboundEvent
 
     owner = get_user_model().objects.create(username="bench")
     echo = LLMModel.objects.create(provider=Provider.objects.create(name="local", kind="local_rules"), name="echo")

@@ -18,8 +18,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from agents.models import Bot
-from feishu.models import InboundEvent
 from feishu.inbound.signing import mention_entry, message_event_payload
+from feishu.models import InboundEvent
 
 _MESSAGE_ID = "om_bench_000000"  # as long as the bench's own ids, replaced per row
 _counter = itertools.count()

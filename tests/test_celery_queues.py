@@ -7,8 +7,7 @@ from django.conf import settings
 from agents.services.turns import TurnRetryLater
 from agents.tasks import automation_run_task, turn_run_task, turns_sweep_task
 from amuxweb.celery import app
-from feishu.tasks import discuss_wake_fire_task
-from feishu.tasks import inbound_event_process, inbound_events_sweep
+from feishu.tasks import discuss_wake_fire_task, inbound_event_process, inbound_events_sweep
 
 
 @pytest.mark.parametrize(

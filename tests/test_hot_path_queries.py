@@ -20,9 +20,9 @@ from django.test.utils import CaptureQueriesContext
 
 from agents.models import Bot, Turn
 from agents.services.turns import turn_run
-from feishu.models import InboundEvent
 from feishu.inbound.routing import inbound_event_process
 from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
+from feishu.models import InboundEvent
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.feishu.conftest import bot_open_id, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
 from tests.probe.conftest import stub_base_url

@@ -7,8 +7,8 @@ from lark_oapi.core.cache import LocalCache
 from lark_oapi.core.token.manager import TokenManager
 
 from agents.models import Turn
-from feishu.outbound import client as feishu_client
 from feishu.inbound import webhook as feishu_webhook
+from feishu.outbound import client as feishu_client
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,10 @@ import pytest
 from django.test import TestCase
 
 from agents.models import Bot
-from feishu.outbound import client as feishu_client
 from feishu.inbound import webhook as feishu_webhook
-from feishu.outbound.sdk import LocalCache, TokenManager
 from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
+from feishu.outbound import client as feishu_client
+from feishu.outbound.sdk import LocalCache, TokenManager
 from tests.agents.factories import BotFactory
 from tests.stubs.feishu_server import FeishuStub, FeishuStubServer
 

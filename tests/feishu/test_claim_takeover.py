@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from feishu.models import InboundEvent
 from feishu.inbound.intake import claim_takeover_seconds, inbound_events_sweep
 from feishu.inbound.signing import message_event_payload
+from feishu.models import InboundEvent
 from feishu.tasks import inbound_event_process as inbound_event_process_task
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.models import Bot
-from feishu.models import InboundEvent
 from feishu.inbound.intake import (
     BOT_CACHE_SECONDS,
     bot_cached_get,
@@ -20,6 +19,7 @@ from feishu.inbound.intake import (
     inbound_event_claim,
 )
 from feishu.inbound.signing import message_event_payload
+from feishu.models import InboundEvent
 from tests.feishu.concurrency import run_against_a_held_transaction
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,10 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from agents.models import Turn
-from feishu.outbound import client as feishu_client
 from feishu.inbound import webhook as feishu_webhook
-from feishu.models import InboundEvent, OutboundDelivery
 from feishu.inbound.routing import inbound_event_process
+from feishu.models import InboundEvent, OutboundDelivery
+from feishu.outbound import client as feishu_client
 from feishu.tasks import inbound_event_process as inbound_event_process_task
 from feishu.tasks import inbound_events_sweep
 

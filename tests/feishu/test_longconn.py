@@ -18,8 +18,8 @@ from feishu.inbound.longconn import (
     long_connection_bots_list,
     restart_delay_seconds,
 )
-from feishu.models import FeishuConnection, InboundEvent
 from feishu.inbound.signing import message_event_payload
+from feishu.models import FeishuConnection, InboundEvent
 from tests.stubs.feishu_ws_server import FeishuWsStub
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]

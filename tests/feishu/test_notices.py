@@ -11,10 +11,10 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.models import Turn
-from feishu.outbound import client as feishu_client
+from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
 from feishu.inbound.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from feishu.models import InboundEvent, OutboundDelivery
-from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
+from feishu.outbound import client as feishu_client
 from feishu.tasks import inbound_events_sweep
 from threadcontext.models import Workspace
 

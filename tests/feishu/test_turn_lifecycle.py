@@ -21,8 +21,8 @@ from agents.services.automations import automation_create, automation_run
 from agents.services.turns import DELIVERY_MAX_ATTEMPTS, TURN_MAX_SWEEPS, running_stale_seconds, turns_sweep
 from agents.services.turns.channels import DELIVERY_FAILED_NOTICE_TEXT, FAILED_NOTICE_TEXT
 from agents.tasks import automation_run_task
-from feishu.models import OutboundDelivery
 from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
+from feishu.models import OutboundDelivery
 from threadcontext.models import SessionBinding, ThreadContextDecision, Workspace
 
 pytestmark = pytest.mark.django_db

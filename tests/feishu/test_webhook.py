@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from feishu.models import InboundEvent
-from feishu.inbound.signing import event_encrypt, event_request_build, mention_entry, message_event_payload
 from core.parsers import MAX_JSON_DEPTH
+from feishu.inbound.signing import event_encrypt, event_request_build, mention_entry, message_event_payload
+from feishu.models import InboundEvent
 from tests.feishu.conftest import fixture_payload
 from tests.security.feishu_requests import ascii_json, nested_array, nested_object, post_signed
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from feishu.models import InboundEvent
-from feishu.inbound.signing import mention_entry, message_event_payload
 from core.text import storable_text
+from feishu.inbound.signing import mention_entry, message_event_payload
+from feishu.models import InboundEvent
 from tests.security.feishu_requests import ascii_json, nested_array, nested_object, post_signed, signed_request
 
 pytestmark = pytest.mark.django_db
