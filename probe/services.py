@@ -1,6 +1,6 @@
 """The discuss probe gate (P1-P8): one cheap forced `decide` call before any expensive work.
 
-`probe_gate_run` is called by the bridge's discuss wake (feishu.discuss.wake) and never by DMs, REST or
+`probe_gate_run` is called by the bridge's discuss wake (feishu.discuss.fire) and never by DMs, REST or
 @-addressed turns (P1). Every exit writes exactly one structured log record and one ProbeJudgement row.
 
 Exit table (reference §1.6; gate_ran False = no gate, the turn runs as without the feature):

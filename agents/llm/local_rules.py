@@ -38,7 +38,7 @@ QUESTION_WORDS = (
     "what", "why", "how", "who", "whom", "whose", "when", "where", "which", "can", "could", "would", "should",
     "is", "are", "do", "does", "did", "will", "may", "shall",
 )  # fmt: skip
-# The labels after which the bridge's renderer puts the person's own words (threadcontext/prompts.py; agents
+# The labels after which the bridge's renderer puts the person's own words (threadcontext/rendering.py; agents
 # does not import threadcontext, so they are restated here and a test renders real prompts against them).
 REQUEST_LABELS = ("[User request]", "[Conversation input]")
 # The first line of the discuss activation contract (probe/prompts.py), the hub's message, not the person's.

@@ -239,7 +239,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Issue 11: one queue per stage, so a reply never waits behind intake that arrived after it. Every worker
 # consumes all of them unless started with `-Q` (a worker without -Q consumes every queue in CELERY_TASK_QUEUES),
 # and on Redis it takes from the first non-empty one in this order ("priority"): a stored reply's delivery first,
-# then turns, then discuss judges, then new intake, then the sweepers. Dedicated workers: README, Scaling out.
+# then turns, then discuss judges, then new intake, then the sweepers. Dedicated workers: docs/deploying.md.
 QUEUE_DELIVERIES, QUEUE_TURNS, QUEUE_PROBE, QUEUE_INTAKE, QUEUE_MAINTENANCE = (
     "deliveries",
     "turns",

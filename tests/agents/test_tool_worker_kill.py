@@ -4,7 +4,7 @@ middle of a tool loop; the broker redelivers the turn (acks_late) and the re-run
 The `counter` tool of the MCP stub counts its own invocations in a file, so the tests read how often the tool
 really ran, not what the hub believes. Proved here:
 - a call that completed before the crash is replayed to the model from its TurnToolCall row, never run again;
-- a call in flight at the crash was never recorded, so the re-run may run it again (what README and
+- a call in flight at the crash was never recorded, so the re-run may run it again (what docs/tools.md and
   agents.tools.turn_tools document: only tools safe to repeat should be allowed where this matters).
 """
 
