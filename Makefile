@@ -61,9 +61,11 @@ messages: install
 messages-check: install
 	$(PY) -m pytest tests/test_admin_i18n.py
 
+# mypy's files, plugins and per-app strictness are in pyproject.toml ([tool.mypy]); its cache is .mypy_cache/.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: install
 	$(VENV)/bin/ruff check --fix .

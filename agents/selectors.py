@@ -10,7 +10,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import F, QuerySet
 
 from agents.models import Bot, Message, Thread, Turn
@@ -41,7 +41,7 @@ class HistoryPage:
     next_cursor: str | None  # None on the last page
 
 
-def _visible_to(rows: QuerySet, *, user: AbstractBaseUser | AnonymousUser, owner_lookup: str) -> QuerySet:
+def _visible_to(rows: QuerySet, *, user: User | AnonymousUser, owner_lookup: str) -> QuerySet:
     """The one visibility rule (ARCHITECTURE §7): staff see all, a user the rows of bots they own, anonymous none."""
     if not user.is_authenticated:
         return rows.none()
@@ -50,7 +50,7 @@ def _visible_to(rows: QuerySet, *, user: AbstractBaseUser | AnonymousUser, owner
     return rows.filter(**{owner_lookup: user})
 
 
-def bot_get_for_user(*, user: AbstractBaseUser | AnonymousUser, slug: str) -> Bot:
+def bot_get_for_user(*, user: User | AnonymousUser, slug: str) -> Bot:
     """A bot the user may start threads on (their own; staff: any). Unknown and foreign bots look the same."""
     bots = _visible_to(Bot.objects.select_related("owner"), user=user, owner_lookup="owner")
     try:
@@ -59,7 +59,7 @@ def bot_get_for_user(*, user: AbstractBaseUser | AnonymousUser, slug: str) -> Bo
         raise UnknownBotError(f"No bot {slug!r} that you own.", extra={"bot": slug[:100]}) from None
 
 
-def user_owns_bot_profile(user: AbstractBaseUser | AnonymousUser, bot_profile: str, /) -> bool:
+def user_owns_bot_profile(user: User | AnonymousUser, bot_profile: str, /) -> bool:
     """Whether the user may read data of the bot with this slug (owner; staff: any).
 
     Positional, because it is the plug for AMUX_CONTEXT_DECISION_ACCESS_CHECK (threadcontext calls
@@ -72,13 +72,13 @@ def user_owns_bot_profile(user: AbstractBaseUser | AnonymousUser, bot_profile: s
     return Bot.objects.filter(slug=bot_profile, owner=user).exists()
 
 
-def thread_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Thread]:
+def thread_list(*, user: User | AnonymousUser) -> QuerySet[Thread]:
     """Threads the user may see: staff see all, everyone else the threads of bots they own."""
     threads = Thread.objects.select_related("bot", "bot__owner")
     return _visible_to(threads, user=user, owner_lookup="bot__owner").order_by("-id")
 
 
-def turn_get(*, user: AbstractBaseUser | AnonymousUser, turn_id: int) -> Turn:
+def turn_get(*, user: User | AnonymousUser, turn_id: int) -> Turn:
     """A turn of a bot the user owns (staff: any); NotFoundError otherwise, so ids do not leak."""
     turns = _visible_to(Turn.objects.select_related("bot", "reply_message"), user=user, owner_lookup="bot__owner")
     try:
@@ -87,7 +87,7 @@ def turn_get(*, user: AbstractBaseUser | AnonymousUser, turn_id: int) -> Turn:
         raise NotFoundError("Turn not found.", extra={"turn_id": turn_id}) from None
 
 
-def thread_get(*, user: AbstractBaseUser | AnonymousUser, thread_id: int) -> Thread:
+def thread_get(*, user: User | AnonymousUser, thread_id: int) -> Thread:
     """The thread, or NotFoundError when it does not exist or the user may not see it (no id leaks)."""
     try:
         return thread_list(user=user).get(pk=thread_id)

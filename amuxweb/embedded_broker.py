@@ -40,7 +40,7 @@ class Transport(SQLAlchemyTransport):
     Channel = Channel
 
     @property
-    def polling_interval(self) -> float:  # type: ignore[override]  (a class attribute in kombu)
+    def polling_interval(self) -> float:  # a class attribute in kombu
         return settings.AMUX_EMBEDDED_BROKER_POLL_SECONDS
 
     @polling_interval.setter

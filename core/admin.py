@@ -7,7 +7,7 @@ breaking the dependency direction (ARCHITECTURE §3).
 import json
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.apps import apps
@@ -20,6 +20,13 @@ from django.utils.functional import Promise
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
+
+# A plain str or a lazy translation (gettext_lazy): what Django takes as a verbose name or a label. The checker
+# knows a lazy translation by django-stubs' str-like promise type; at run time it is a Promise.
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as TranslatableText
+else:
+    TranslatableText = str | Promise
 
 NONE = _("(none)")
 
@@ -105,7 +112,7 @@ def related_links(links: Iterable[tuple[str, Any]]) -> SafeString:
     return html or format_html('<span class="quiet">{}</span>', NONE)
 
 
-def model_names(model: type[Model], singular: str, plural: str) -> None:
+def model_names(model: type[Model], singular: TranslatableText, plural: TranslatableText) -> None:
     """A model's names in the operator's language (pass gettext_lazy strings).
 
     Set on the model's options at admin load instead of in Meta: Meta names are migration state, and the models

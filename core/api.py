@@ -32,6 +32,8 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # a real bug: let Django answer 500 and log it
+    if not isinstance(exc, exceptions.APIException):
+        return response  # DRF answers only its own exceptions (Django's were turned into them above)
 
     if isinstance(exc.detail, (list, dict)):
         response.data = {"message": "Validation error", "extra": {"fields": response.data}}

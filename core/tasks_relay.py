@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from celery import signals
 from celery.utils import uuid
@@ -40,6 +40,9 @@ from kombu import Connection
 from kombu.utils.json import dumps
 
 from core.tasks_enqueue import broker_error, task_enqueue
+
+if TYPE_CHECKING:
+    from kombu.transport.virtual import Channel as VirtualChannel
 
 logger = logging.getLogger(__name__)
 
@@ -114,8 +117,9 @@ def message_template_capture(task: Any, *, args: list) -> MessageTemplate | None
     """
     captured: list[tuple[str, dict]] = []
     with Connection("memory://") as memory:
-        channel = memory.default_channel
-        channel._put = lambda queue, message, **_: captured.append((queue, message))
+        channel = cast("VirtualChannel", memory.default_channel)  # memory:// is one of kombu's virtual transports
+        # Replaced on this one channel object on purpose (the type checker flags any assignment to a method).
+        channel._put = lambda queue, message, **_: captured.append((queue, message))  # type: ignore[method-assign]
         task.apply_async(args=args, task_id=_PROBE_TASK_ID, producer=memory.Producer(channel), retry=False)
         if len(captured) != 1:
             return None
@@ -229,7 +233,7 @@ class _Publisher:
         self._app: Any = None
         self._connection: Connection | None = None
         self._kombu_channel = None
-        self._client = None
+        self._client: Any = None  # a redis-py client from kombu's private `_create_client` (untyped in its stubs)
         self._thread = threading.Thread(target=self._run, name="amux-task-relay", daemon=True)
         self._thread.start()
 

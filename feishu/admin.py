@@ -16,6 +16,7 @@ from django.utils.translation import ngettext
 
 from core.admin import (
     AuditAdmin,
+    TranslatableText,
     change_link,
     compact_time,
     dict_table,
@@ -230,12 +231,12 @@ def explain_in_words(explain: dict) -> dict:
     }
 
 
-def explain_neighbours(explain: dict) -> list[tuple[str, str]]:
+def explain_neighbours(explain: dict) -> list[tuple[str, TranslatableText]]:
     """Every record the explain page is about, one link each: bot, workspace, wake, judgements, turn, messages,
     context decision, deliveries, inbound events."""
     bot, wake, turn, context = explain["bot"], explain["wake"], explain["turn"], explain["context"]
     chat_id = wake["chat_id"] if wake is not None else (context["chat_id"] if context is not None else "")
-    links = [(reverse("admin:agents_bot_change", args=[bot["id"]]), _("bot"))]
+    links: list[tuple[str, TranslatableText]] = [(reverse("admin:agents_bot_change", args=[bot["id"]]), _("bot"))]
     if chat_id:
         links.append((list_url("threadcontext.workspace", bot_profile=bot["slug"], chat_id=chat_id), _("workspace")))
     if wake is not None:

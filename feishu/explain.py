@@ -86,11 +86,13 @@ def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None)
         if wake is None:
             raise ExplainNotFound(f"No discuss wake {wake_id}.")
         turn = wake.turn
+        bot = wake.bot
     elif turn_id is not None:
         turn = Turn.objects.select_related("bot").filter(pk=turn_id).first()
         if turn is None:
             raise ExplainNotFound(f"No turn {turn_id}.")
         wake = DiscussWake.objects.filter(turn=turn).first()
+        bot = wake.bot if wake is not None else turn.bot
     else:
         raise ExplainNotFound("Give a wake id or a turn id.")
     judgements = ProbeJudgement.objects.select_related("model")
@@ -98,7 +100,6 @@ def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None)
         judgements = judgements.filter(wake_id=wake.pk)
     else:
         judgements = judgements.filter(turn=turn)
-    bot = wake.bot if wake is not None else turn.bot
     return {
         "bot": {"id": bot.pk, "name": bot.name, "slug": bot.slug, "probe_mode": bot.discuss_probe_mode},
         "wake": None

@@ -108,7 +108,7 @@ def conversation_simulate(
             for index, slug in enumerate(step.mentions, start=1)
         ]
         text = "".join(f"{m['key']} " for m in mentions) + step.text
-        topic: dict[str, str] = {}
+        topic_root_id = topic_parent_id = topic_thread_id = ""
         chat = chat_id
         chat_type = "group"
         if step.kind == "root":
@@ -116,7 +116,7 @@ def conversation_simulate(
         elif step.kind == "dm":
             chat, chat_type = f"{chat_id}_dm", "p2p"
         elif root_id:
-            topic = {"root_id": root_id, "parent_id": root_id, "thread_id": f"omt_{root_id[-12:]}"}
+            topic_root_id, topic_parent_id, topic_thread_id = root_id, root_id, f"omt_{root_id[-12:]}"
         payload = message_event_payload(
             verification_token=bot.feishu_verification_token,
             app_id=bot.feishu_app_id or bot.slug,
@@ -126,7 +126,9 @@ def conversation_simulate(
             text=text,
             sender_open_id=sender_open_id,
             mentions=mentions,
-            **topic,
+            root_id=topic_root_id,
+            parent_id=topic_parent_id,
+            thread_id=topic_thread_id,
         )
         request = event_request_build(payload=payload, encrypt_key=bot.feishu_encrypt_key)
         started = time.perf_counter()

@@ -1,6 +1,7 @@
 """Admin of the probe gate (P11): every judgement, and the bots whose gate has been failing closed."""
 
 from datetime import timedelta
+from typing import ClassVar
 
 from django.contrib import admin
 from django.db.models import F, QuerySet
@@ -11,7 +12,16 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from core.admin import AuditAdmin, change_link, compact_time, explained, list_url, model_names, related_links
+from core.admin import (
+    AuditAdmin,
+    TranslatableText,
+    change_link,
+    compact_time,
+    explained,
+    list_url,
+    model_names,
+    related_links,
+)
 from probe.models import ProbeJudgement
 from probe.rules import Cause
 from probe.selectors import failing_closed_bots_list, misconfigured_bots_list
@@ -66,7 +76,7 @@ def cause_explained(cause: str) -> str:
     return explained(sentence, cause) if sentence is not None else cause
 
 
-def probe_mode_explained(mode: str) -> str:
+def probe_mode_explained(mode: str) -> TranslatableText:
     """The probe mode recorded on a judgement, in words; rows from before the field have none."""
     if not mode:
         return _("(not recorded)")
@@ -94,7 +104,8 @@ class ProbeJudgementAdmin(AuditAdmin):
     list_select_related = ["bot", "model", "turn"]
     date_hierarchy = "created_at"
     ordering = ["-created_at"]
-    fields = [
+    # A tuple, so that the one sequence type-checks as both Django options (fields also takes nested groups).
+    fields: ClassVar[tuple[str, ...]] = (
         "related",
         "bot",
         "created_at",
@@ -113,7 +124,7 @@ class ProbeJudgementAdmin(AuditAdmin):
         "thread",
         "turn",
         "wake",
-    ]
+    )
     readonly_fields = fields
     change_list_template = "admin/probe/probejudgement/change_list.html"
 
@@ -148,7 +159,7 @@ class ProbeJudgementAdmin(AuditAdmin):
         return cause_explained(judgement.cause)
 
     @admin.display(description=_("probe mode at the time"))
-    def probe_mode_in_words(self, judgement: ProbeJudgement) -> str:
+    def probe_mode_in_words(self, judgement: ProbeJudgement) -> TranslatableText:
         return probe_mode_explained(judgement.probe_mode)
 
     @admin.display(description=_("wake"))

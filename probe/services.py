@@ -34,6 +34,7 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
@@ -116,6 +117,15 @@ def log_level_for(*, cause: str, gate_ran: bool, outcome: str, has_error: bool) 
     if has_error or not gate_ran or outcome in (Outcome.ERROR, Outcome.MISSING, Outcome.MALFORMED):
         return logging.WARNING
     return logging.INFO
+
+
+class _JudgementSubject(TypedDict):
+    """What every exit's judgement is about: the keyword arguments `probe_gate_run` passes to each `_finish`."""
+
+    bot: Bot
+    thread: Thread | None
+    turn: Turn | None
+    wake_id: int | None
 
 
 def _finish(
@@ -208,7 +218,7 @@ def probe_gate_run(
     Fails closed (gate_ran, not activated) on every fault once a judge is configured; stays ungated
     (gate_ran False) only where the reference's exit table says so.
     """
-    common = {"bot": bot, "thread": thread, "turn": turn, "wake_id": wake_id}
+    common: _JudgementSubject = {"bot": bot, "thread": thread, "turn": turn, "wake_id": wake_id}
     config = gate_config_get(bot=bot)
     if config.cause:
         return _finish(**common, model=config.model, gate_ran=config.gate_ran, cause=config.cause, error=config.error)

@@ -14,7 +14,16 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from core.admin import AuditAdmin, compact_time, dict_table, explained, list_url, model_names, related_links
+from core.admin import (
+    AuditAdmin,
+    TranslatableText,
+    compact_time,
+    dict_table,
+    explained,
+    list_url,
+    model_names,
+    related_links,
+)
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.selectors import workspace_cache_forget
@@ -65,11 +74,11 @@ def exclusion_explained(*, reason: str, item_type: str, mode: str, diagnostics: 
         else:
             sentence = NOT_IN_MODE_SENTENCE
         return explained(sentence, reason)
-    sentence = EXCLUSION_SENTENCES.get(reason)
-    if sentence is None:
+    template = EXCLUSION_SENTENCES.get(reason)
+    if template is None:
         return reason
     limits = {"item_limit": diagnostics.get("item_limit", "?"), "max_chars": diagnostics.get("max_chars", "?")}
-    return explained(sentence % limits, reason)
+    return explained(template % limits, reason)
 
 
 model_names(Workspace, _("workspace"), _("workspaces"))
@@ -89,11 +98,12 @@ class WorkspaceFilter(admin.SimpleListFilter):
         return [(str(workspace.pk), f"{workspace.bot_profile} · {workspace}") for workspace in Workspace.objects.all()]
 
     def queryset(self, request, queryset):
-        if not self.value():
+        value = self.value()
+        if not value:
             return queryset
-        if not self.value().isdigit():
+        if not value.isdigit():
             return queryset.none()
-        workspace = Workspace.objects.filter(pk=int(self.value())).first()
+        workspace = Workspace.objects.filter(pk=int(value)).first()
         if workspace is None:
             return queryset.none()
         return queryset.filter(bot_profile=workspace.bot_profile, chat_id=workspace.chat_id)
@@ -108,8 +118,9 @@ class RootFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         roots = ThreadContextDecision.objects.order_by("-id").values_list("root_msg_id", flat=True)[:200]
         unique = list(dict.fromkeys(roots))[:ROOT_FILTER_CHOICES]
-        if self.value() and self.value() not in unique:
-            unique.insert(0, self.value())
+        value = self.value()
+        if value and value not in unique:
+            unique.insert(0, value)
         return [(root, root) for root in unique]
 
     def queryset(self, request, queryset):
@@ -238,9 +249,9 @@ class ThreadContextDecisionAdmin(AuditAdmin):
         url = reverse("admin:threadcontext_threadcontextdecision_explain", args=[obj.pk])
         return format_html('<a href="{}">{}</a>', url, _("explain"))
 
-    def decision_neighbours(self, decision: ThreadContextDecision) -> list[tuple[str, str]]:
+    def decision_neighbours(self, decision: ThreadContextDecision) -> list[tuple[str, TranslatableText]]:
         """The bot, its workspace, the turn that used the decision, the inbound event of its message, its topic."""
-        links = [
+        links: list[tuple[str, TranslatableText]] = [
             (list_url("agents.bot", slug=decision.bot_profile), _("bot")),
             (list_url("agents.turn", context_decision_id=decision.pk), _("the turn that used it")),
         ]

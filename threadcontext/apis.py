@@ -61,7 +61,8 @@ class ContextDecisionFilterSerializer(serializers.Serializer):
 class ContextDecisionItemSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     item_type = serializers.CharField()
-    source = serializers.CharField()
+    # DRF's metaclass takes declared fields off the class, so this never shadows Field.source (its str attribute).
+    source = serializers.CharField()  # type: ignore[assignment]
     chars = serializers.IntegerField()
     preview = serializers.CharField()
     truncated = serializers.BooleanField(required=False)

@@ -4,6 +4,7 @@ A module of its own so that agents.admin.turns needs nothing from the MCP server
 """
 
 import json
+from typing import ClassVar
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -23,7 +24,18 @@ class TurnToolCallInline(admin.TabularInline):
     can_delete = False
     verbose_name = _("tool call")
     verbose_name_plural = _("Tool calls (timeline)")
-    fields = ["step", "index", "server", "tool", "status", "duration", "arguments_view", "result_view", "error"]
+    # A tuple, so that the one sequence type-checks as both Django options (fields also takes nested groups).
+    fields: ClassVar[tuple[str, ...]] = (
+        "step",
+        "index",
+        "server",
+        "tool",
+        "status",
+        "duration",
+        "arguments_view",
+        "result_view",
+        "error",
+    )
     readonly_fields = fields
     ordering = ["step", "index"]
 

@@ -4,6 +4,8 @@ The turn detail page is read-only and shows what an operator needs to answer "wh
 what did it say": the request as sent, the output, usage, timings and every attempt.
 """
 
+from typing import ClassVar
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -41,7 +43,8 @@ class TurnAdmin(AuditAdmin):
     search_fields = ["source_message_id", "bot__slug", "error"]
     list_select_related = ["bot", "thread"]
     date_hierarchy = "queued_at"
-    fields = [
+    # A tuple, so that the one sequence type-checks as both Django options (fields also takes nested groups).
+    fields: ClassVar[tuple[str, ...]] = (
         "related",
         "bot",
         "thread_link",
@@ -62,7 +65,7 @@ class TurnAdmin(AuditAdmin):
         "model_input_view",
         "retry_history_view",
         "context_decision_link",
-    ]
+    )
     readonly_fields = fields
     inlines = [TurnToolCallInline]
 

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
-from agents.models import Message, Thread
+from agents.models import Bot, Message, Thread
 from agents.selectors import (
     HISTORY_PAGE_SIZE_DEFAULT,
     HISTORY_PAGE_SIZE_MAX,
@@ -29,7 +29,7 @@ ERROR_RESPONSE = inline_serializer(
 
 
 class ThreadOutputSerializer(serializers.ModelSerializer):
-    bot = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    bot: serializers.SlugRelatedField[Bot] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
     class Meta:
         model = Thread

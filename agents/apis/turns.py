@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.apis.threads import ERROR_RESPONSE, MessageOutputSerializer
-from agents.models import Thread, Turn
+from agents.models import Bot, Thread, Turn
 from agents.selectors import thread_get, turn_get
 from agents.services.turns import REST_MESSAGE_MAX_CHARS, rest_message_post
 from core.exceptions import ConflictError
@@ -29,7 +29,7 @@ class MessagePostOutputSerializer(serializers.Serializer):
 
 
 class TurnOutputSerializer(serializers.ModelSerializer):
-    bot = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    bot: serializers.SlugRelatedField[Bot] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     reply = MessageOutputSerializer(source="reply_message", allow_null=True)
     duration_ms = serializers.IntegerField(allow_null=True)
 

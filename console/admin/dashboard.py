@@ -9,11 +9,11 @@ from django.utils.translation import gettext_lazy as _
 from agents.admin.bots import BotAdmin
 from agents.models import Bot
 from console.dashboard.bot_overview import bot_overview_get
-from core.admin import list_url, related_links
+from core.admin import TranslatableText, list_url, related_links
 from probe.admin import cause_explained
 
 
-def bot_neighbours(bot: Bot) -> list[tuple[str, str]]:
+def bot_neighbours(bot: Bot) -> list[tuple[str, TranslatableText]]:
     """Every list of the bot's records, filtered to it: one click from its page to its wakes, deliveries, ..."""
     return [
         (list_url("agents.turn", bot__id__exact=bot.pk), _("turns")),

@@ -28,8 +28,18 @@ class _Rows:
     events: dict[tuple[int, str], InboundEvent]
     turns: dict[tuple[int, str], Turn]
     wakes: dict[tuple[int, str], DiscussWake]
-    judgements: dict[int, ProbeJudgement]
-    deliveries: dict[int, list[OutboundDelivery]]
+    # Keyed by nullable foreign keys (a judgement's wake, a delivery's turn), never None here: filtered by them.
+    judgements: dict[int | None, ProbeJudgement]
+    deliveries: dict[int | None, list[OutboundDelivery]]
+
+    def for_message(
+        self, *, bot_id: int | None, message_id: str
+    ) -> tuple[InboundEvent | None, DiscussWake | None, Turn | None]:
+        """One stand-in's event, wake and turn for one message; none for a member whose stand-in is gone (SET_NULL)."""
+        if bot_id is None:
+            return None, None, None
+        key = (bot_id, message_id)
+        return self.events.get(key), self.wakes.get(key), self.turns.get(key)
 
 
 def _admin_url(name: str, pk: Any) -> str:
@@ -116,7 +126,7 @@ def _rows(*, sandbox_ids: list[int], chat_id: str, message_ids: list[str]) -> _R
             bot_id__in=sandbox_ids, wake_id__in=[wake.pk for wake in wakes.values()]
         ).order_by("id")
     }
-    deliveries: dict[int, list[OutboundDelivery]] = {}
+    deliveries: dict[int | None, list[OutboundDelivery]] = {}
     for row in OutboundDelivery.objects.filter(turn_id__in=list(by_pk)).order_by("turn_id", "chunk_index", "id"):
         deliveries.setdefault(row.turn_id, []).append(row)
     return _Rows(events=events, turns=turns, wakes=wakes, judgements=judgements, deliveries=deliveries)
@@ -151,10 +161,7 @@ def _message_data(
 ) -> dict[str, Any]:
     results = []
     for member in members:
-        key = (member.sandbox_bot_id, message.message_id)
-        event = rows.events.get(key)
-        wake = rows.wakes.get(key)
-        turn = rows.turns.get(key)
+        event, wake, turn = rows.for_message(bot_id=member.sandbox_bot_id, message_id=message.message_id)
         judgement = rows.judgements.get(wake.pk) if wake is not None else None
         results.append(
             {

@@ -121,7 +121,7 @@ def playground_message_post(
         if root_message_id
         else {}
     )
-    mentioned = [by_bot[bot_id].sandbox_bot for bot_id in dict.fromkeys(mention_bot_ids)]
+    mentioned = [_stand_in(by_bot[bot_id]) for bot_id in dict.fromkeys(mention_bot_ids)]
     mentions = [
         mention_entry(index=index, open_id=bot.feishu_bot_open_id, name=bot.name)
         for index, bot in enumerate(mentioned, start=1)
@@ -140,7 +140,7 @@ def playground_message_post(
         )
         for member in members:
             _push(
-                bot=member.sandbox_bot,
+                bot=_stand_in(member),
                 chat_id=group.chat_id,
                 message_id=message_id,
                 text=content_text,
@@ -149,6 +149,12 @@ def playground_message_post(
                 topic=topic,
             )
     return message
+
+
+def _stand_in(member: PlaygroundMember) -> Bot:
+    """The member's sandbox bot, which playground_members_sync has just set (the column is nullable: SET_NULL)."""
+    assert member.sandbox_bot is not None
+    return member.sandbox_bot
 
 
 def _push(

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Bot
+from core.columns import column_name, concrete_field
 from core.tasks_enqueue import task_enqueue
 from core.tasks_relay import task_relay
 from feishu.models import InboundEvent
@@ -81,7 +82,7 @@ def inbound_event_store(
 # The columns the store writes, each value adapted by its own field (jsonb or text, a datetime as the database
 # keeps it); claimed_at and processed_at stay NULL.
 _STORE_FIELDS = tuple(
-    InboundEvent._meta.get_field(name)
+    concrete_field(InboundEvent, name)
     for name in ("bot", "event_id", "message_id", "event_type", "payload", "status", "attempts", "error", "received_at")
 )
 
@@ -92,7 +93,7 @@ def _insert_sql() -> str:
     meta = InboundEvent._meta
     columns = ", ".join(f'"{field.column}"' for field in _STORE_FIELDS)
     placeholders = ", ".join(["%s"] * len(_STORE_FIELDS))
-    unique = ", ".join(f'"{meta.get_field(name).column}"' for name in ("bot", "message_id"))
+    unique = ", ".join(f'"{column_name(concrete_field(InboundEvent, name))}"' for name in ("bot", "message_id"))
     return (
         f'INSERT INTO "{meta.db_table}" ({columns}) VALUES ({placeholders})'
         f' ON CONFLICT ({unique}) DO NOTHING RETURNING "{meta.pk.column}"'
@@ -134,7 +135,7 @@ def inbound_event_claim(*, event_pk: int, now=None) -> InboundEvent | None:
     now = now or timezone.now()
     abandoned_before = now - timedelta(seconds=claim_takeover_seconds())
     table = connection.ops.quote_name(InboundEvent._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in InboundEvent._meta.concrete_fields)
+    columns = ", ".join(connection.ops.quote_name(column_name(field)) for field in InboundEvent._meta.concrete_fields)
     adapt = connection.ops.adapt_datetimefield_value
     # Django's ORM has no UPDATE ... RETURNING; raw() maps the returned columns onto the model with each field's
     # converters (SQLite's datetimes and JSON). PostgreSQL and SQLite >= 3.35 both support RETURNING.
@@ -208,10 +209,11 @@ def inbound_event_finish_statement(
         values["payload"] = payload
     meta = InboundEvent._meta
     quote = connection.ops.quote_name
-    fields = [meta.get_field(name) for name in values]
-    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    fields = [concrete_field(InboundEvent, name) for name in values]
+    assignments = ", ".join(f"{quote(column_name(field))} = %s" for field in fields)
     params = [field.get_db_prep_save(values[field.name], connection) for field in fields]
-    return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s", [*params, event.pk]
+    pk_column = quote(column_name(meta.pk))
+    return f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {pk_column} = %s", [*params, event.pk]
 
 
 @dataclass(frozen=True)
@@ -263,5 +265,5 @@ def inbound_events_reprocess(*, event_pks: list[int]) -> int:
     keep their uuid."""
     count = InboundEvent.objects.filter(pk__in=event_pks).update(status=InboundEvent.Status.PENDING, error="")
     for event_pk in event_pks:
-        transaction.on_commit(lambda event_pk=event_pk: inbound_event_enqueue(event_pk=event_pk))
+        transaction.on_commit(functools.partial(inbound_event_enqueue, event_pk=event_pk))
     return count

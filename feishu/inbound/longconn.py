@@ -46,7 +46,7 @@ from feishu.outbound.sdk import CustomizedEvent, LogLevel, ws_client_module
 logger = logging.getLogger(__name__)
 
 # The SDK's websocket client and its module-level event loop (websockets, protobuf): only this process loads them.
-lark_ws_client = ws_client_module()
+lark_ws_client: Any = ws_client_module()  # Any: the SDK ships no types (and sets `loop` on its module)
 
 # The longest a processor waits for its store before the SDK acks 500 (Feishu redelivers); below Feishu's 3 s.
 STORE_TIMEOUT_SECONDS = 2.5
@@ -142,7 +142,7 @@ class LongConnection:
     _loop: asyncio.AbstractEventLoop | None = None
     _db: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
     _has_connected: bool = False
-    _client: lark_ws_client.Client | None = None
+    _client: _ObservedClient | None = None
 
     def _in_db_thread(self, function: Callable[..., Any], **kwargs: Any) -> Future:
         def run() -> Any:
@@ -189,7 +189,7 @@ class LongConnection:
         logger.warning("feishu long connection failed", extra={"bot": self.bot.slug, "error": _error_text(error)})
         self._state(last_error=_error_text(error), last_error_at=timezone.now())
 
-    def client_build(self) -> lark_ws_client.Client:
+    def client_build(self) -> _ObservedClient:
         """The SDK client on the bot's credentials, with the webhook's handler builder and our store."""
         handler = event_handler_build(bot=self.bot, processor=self._process)
         client = _ObservedClient(
@@ -241,14 +241,16 @@ class LongConnection:
             self._finish(failed=failed)
 
     def _finish(self, *, failed: bool) -> None:
+        loop = self._loop
+        assert loop is not None  # made by run() before anything that reaches here
         # Cancel the SDK's tasks first (its receive loop would start reconnecting on the close), then close.
-        tasks = asyncio.all_tasks(self._loop)
+        tasks = asyncio.all_tasks(loop)
         for task in tasks:
             task.cancel()
-        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         if self._client is not None and self._client._conn is not None:
-            self._loop.run_until_complete(self._client._disconnect())  # a clean close, not a dropped socket
-        self._loop.close()
+            loop.run_until_complete(self._client._disconnect())  # a clean close, not a dropped socket
+        loop.close()
         if not failed:
             self._in_db_thread(
                 connection_state_record, bot_pk=self.bot.pk, state=FeishuConnection.State.STOPPED, connected_since=None

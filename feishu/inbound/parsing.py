@@ -272,7 +272,8 @@ def message_content_parse(*, message_type: str, content: dict[str, Any]) -> Mess
         return MessageContent(text=card_text(content))
     key = content.get("image_key") if message_type == "image" else content.get("file_key")
     key = key if isinstance(key, str) else ""
-    name = content.get("file_name") if isinstance(content.get("file_name"), str) else ""
+    name = content.get("file_name")
+    name = name if isinstance(name, str) else ""
     duration_ms = _int_or_none(content.get("duration"))
     kind = {
         "image": ATTACHMENT_IMAGE,

@@ -135,8 +135,10 @@ def event_dedupe_key(event: dict[str, Any]) -> str | None:
     recalled message's id (the message itself already holds the plain id). Membership events carry no message:
     "event:" + the event_id, which Feishu keeps across its retries of one event.
     """
-    header = event.get("header") if isinstance(event.get("header"), dict) else {}
-    body = event.get("event") if isinstance(event.get("event"), dict) else {}
+    header = event.get("header")
+    header = header if isinstance(header, dict) else {}
+    body = event.get("event")
+    body = body if isinstance(body, dict) else {}
     event_type = header.get("event_type")
     if event_type == "im.message.receive_v1":
         message = body.get("message")
@@ -331,7 +333,8 @@ def captured_event_store(*, bot: Bot, event: dict[str, Any]) -> InboundEvent | N
     acknowledges it so Feishu stops redelivering a payload we never accept. A DatabaseError propagates:
     nothing was stored, and the caller's non-acknowledgement makes Feishu redeliver.
     """
-    header = event.get("header") if isinstance(event.get("header"), dict) else {}
+    header = event.get("header")
+    header = header if isinstance(header, dict) else {}
     message_id = event_dedupe_key(event)  # a message's id, or a key for a recall / membership event
     if message_id is None or not all(isinstance(header.get(key), str) for key in ("event_id", "event_type")):
         return None

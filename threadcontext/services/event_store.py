@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
+from core.columns import column_name
 from threadcontext.models import ThreadContextItem, ThreadEvent
 
 
@@ -23,7 +24,7 @@ def _insert_columns(instance: ThreadEvent | ThreadContextItem) -> tuple[list[str
     fields = [field for field in instance._meta.concrete_fields if not field.primary_key]
     quote = connection.ops.quote_name
     return (
-        [quote(field.column) for field in fields],
+        [quote(column_name(field)) for field in fields],
         [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields],
     )
 
@@ -40,7 +41,7 @@ def _event_insert_unless_recorded(*, event: ThreadEvent, item: ThreadContextItem
     event_table = quote(ThreadEvent._meta.db_table)
     columns, params = _insert_columns(event)
     conflict = "ON CONFLICT (bridge_id, message_id, event_type) DO NOTHING"
-    returning = ", ".join(quote(field.column) for field in ThreadEvent._meta.concrete_fields)
+    returning = ", ".join(quote(column_name(field)) for field in ThreadEvent._meta.concrete_fields)
     insert = f"INSERT INTO {event_table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) {conflict}"
     if item is None or connection.vendor != "postgresql":
         rows = list(ThreadEvent.objects.raw(f"{insert} RETURNING {returning}", params))

@@ -81,7 +81,7 @@ def thread_context_prune(
     now: datetime | None = None,
     batch_size: int = PRUNE_BATCH_SIZE,
     max_batches: int | None = None,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Callable[[int], object] | None = None,  # what it returns is ignored (tqdm's update: a bool)
 ) -> PruneResult:
     """Delete expired events (with their items) and decisions in bounded batches; returns what was removed."""
     if batch_size < 1:

@@ -171,8 +171,12 @@ def turn_requeue(*, turn: Turn, error: str, history: list, model_input: dict | N
     Turn.objects.filter(pk=turn.pk, reply_message__isnull=True, status__in=OPEN_STATUSES).update(**fields)
 
 
-def turn_reply_store(*, turn: Turn, text: str, usage: dict, model_input: dict, history: list) -> tuple[Message, bool]:
+def turn_reply_store(
+    *, turn: Turn, text: str, usage: dict, model_input: dict, history: list
+) -> tuple[Message | None, bool]:
     """Store the agent_reply and mark the turn replied, unless another run stored one first: (reply, won).
+
+    A loser gets the winner's reply, or None when the turn was closed meanwhile without one (failed, skipped).
 
     The winner's `turn` is updated in place (replied, its reply, its first delivery attempt counted in the same
     UPDATE: the runner delivers next), so the run goes on without re-reading the row; a loser re-reads it.
@@ -279,7 +283,7 @@ class JSONKeysReplaced(Func):
         super().__init__(F(column))
         self.values = values
 
-    def as_sql(self, compiler, connection, **extra):
+    def as_sql(self, compiler, connection, *args, **extra):  # *args: Func's function, template, ... (unused)
         raise NotSupportedError(f"JSONKeysReplaced has no {connection.vendor} form (PostgreSQL and SQLite only).")
 
     def as_postgresql(self, compiler, connection, **extra):
