@@ -7,7 +7,7 @@ breaking the dependency direction (ARCHITECTURE §3).
 import json
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlencode
 
 from django.apps import apps
@@ -21,12 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 
-# A plain str or a lazy translation (gettext_lazy): what Django takes as a verbose name or a label. The checker
-# knows a lazy translation by django-stubs' str-like promise type; at run time it is a Promise.
-if TYPE_CHECKING:
-    from django.utils.functional import _StrOrPromise as TranslatableText
-else:
-    TranslatableText = str | Promise
+from core.text import TranslatableText
 
 NONE = _("(none)")
 

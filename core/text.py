@@ -9,7 +9,17 @@ wrote stays as written.
 """
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from django.utils.functional import Promise
+
+# A plain str or a lazy translation (gettext_lazy): a verbose name, a label, or a fixed text the bridge renders
+# later in a bot's language. The checker knows a lazy translation by django-stubs' str-like promise type; at run
+# time it is a Promise.
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as TranslatableText
+else:
+    TranslatableText = str | Promise
 
 REPLACEMENT = "\ufffd"
 # NUL, and a surrogate code point (U+D800-U+DFFF) standing alone in a Python str (a valid pair never appears as

@@ -331,10 +331,10 @@ def decision_for_explain(
     decisions = for_root.filter(bot_profile=bot_profile)
     if message_id:
         decisions = decisions.filter(message_id=message_id)
-    decision = decisions.order_by("-id").first()
-    if decision is None:
+    latest = decisions.order_by("-id").first()
+    if latest is None:
         raise NotFoundError(
             f"No context decision for root {root_msg_id}, profile {bot_profile} and message {message_id}.",
             extra={"root_msg_id": root_msg_id, "profile": bot_profile, "message_id": message_id},
         )
-    return decision
+    return latest

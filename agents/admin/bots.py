@@ -57,9 +57,12 @@ class BotForm(SecretFieldsForm):
         # Read per form, not at import: the soft limit is a setting. A budget at or over it could never finish.
         for name in ("tool_time_budget_seconds", "tool_call_timeout_seconds"):
             field = self.fields[name]
-            field.max_value = tool_budget_max_seconds()
-            field.validators.append(MaxValueValidator(field.max_value))
-            field.widget.attrs["max"] = field.max_value
+            assert isinstance(field, forms.FloatField)  # both are FloatFields on the model
+            limit = tool_budget_max_seconds()
+            # django-stubs types every number field's bound as IntegerField's int; a FloatField takes a float.
+            field.max_value = limit  # type: ignore[assignment]
+            field.validators.append(MaxValueValidator(limit))
+            field.widget.attrs["max"] = limit
 
 
 @admin.register(UserProfile)

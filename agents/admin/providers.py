@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.autocomplete import AutocompleteJsonView
 from django.contrib.admin.widgets import AutocompleteSelect
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import path
 from django.utils import timezone
@@ -39,7 +39,8 @@ class MarkedModelAutocompleteView(AutocompleteJsonView):
     def get_queryset(self):
         return super().get_queryset().select_related("provider")
 
-    def serialize_result(self, obj: LLMModel, to_field_name: str) -> dict:
+    def serialize_result(self, obj: Model, to_field_name: str) -> dict:
+        assert isinstance(obj, LLMModel)  # get_queryset above: the bot form's model field only offers LLMModels
         return {**super().serialize_result(obj, to_field_name), "text": model_choice_label(obj)}
 
 

@@ -11,7 +11,8 @@ from django.utils.translation import gettext_lazy as _
 SECRET_HELP_TEXT = _("Write-only: never shown. Leave blank to keep the current value.")
 
 
-def secret_state(value: str) -> str:
+def secret_state(value: object) -> str:
+    """ "set" or "not set": whether a secret (or a mapping of them) is stored, never what it is."""
     return gettext("set") if value else gettext("not set")
 
 
@@ -50,7 +51,7 @@ class SecretFieldsForm(forms.ModelForm):
                 }
 
     def clean(self) -> dict:
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         for name in self.secret_fields:
             if cleaned.get(f"{name}_clear"):
                 cleaned[name] = ""

@@ -50,7 +50,9 @@ OVERFLOW_PHRASES = ("prompt is too long", "exceed context limit", "context windo
 
 def anthropic_status_error(exc: anthropic.APIStatusError) -> tuple[str, bool]:
     body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    error = body.get("error")
+    if not isinstance(error, dict):
+        error = {}
     message = str(error.get("message") or exc.message)
     return message, any(phrase in message.lower() for phrase in OVERFLOW_PHRASES)
 
@@ -119,8 +121,8 @@ class AnthropicClient:
             else:
                 blocks.extend({"type": "text", "text": tool_call_text(call)} for call in message.tool_calls)
             messages.append({"role": "assistant", "content": blocks})
-        for message in messages:
-            message.pop("tool_results", None)  # our marker for merging, not part of the API
+        for api_message in messages:
+            api_message.pop("tool_results", None)  # our marker for merging, not part of the API
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_output_tokens,

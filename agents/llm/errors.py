@@ -78,16 +78,16 @@ def error_for_status(
     is_overflow: bool = False,
 ) -> LLMError:
     message = short(message) or f"HTTP {status_code}"
-    kwargs = {"provider": provider, "status_code": status_code}
     if is_overflow:
-        return ContextOverflowError(message, **kwargs)
+        return ContextOverflowError(message, provider=provider, status_code=status_code)
     if status_code in (401, 403):
-        return AuthenticationError(message, **kwargs)
+        return AuthenticationError(message, provider=provider, status_code=status_code)
     if status_code == 429:
-        return RateLimitedError(message, retry_after_seconds=retry_after_seconds(headers, body=body), **kwargs)
+        retry_after = retry_after_seconds(headers, body=body)
+        return RateLimitedError(message, retry_after_seconds=retry_after, provider=provider, status_code=status_code)
     if status_code is None or status_code in TRANSIENT_STATUS_CODES or status_code >= 500:
-        return TransientError(message, **kwargs)
-    return PermanentError(message, **kwargs)
+        return TransientError(message, provider=provider, status_code=status_code)
+    return PermanentError(message, provider=provider, status_code=status_code)
 
 
 SECRET_MASK = "***"

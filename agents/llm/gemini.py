@@ -125,8 +125,9 @@ class GeminiClient:
                     ),
                     response=response if isinstance(response, dict) else {"result": response},
                 )
-                if merge:  # the step's earlier results: one Content for all
-                    contents[-1].parts.append(part)
+                earlier_parts = contents[-1].parts if merge else None
+                if earlier_parts is not None:  # the step's earlier results: one Content for all
+                    earlier_parts.append(part)
                 else:
                     contents.append(types.Content(role="user", parts=[part]))
                 results_since_calls += 1

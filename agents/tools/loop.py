@@ -130,31 +130,51 @@ def tool_call_run(
     arguments = (
         storable_json(call.arguments) if isinstance(call.arguments, dict) else storable_text(str(call.arguments))
     )
-    base = {"step": step, "index": index, "call_id": call.id, "name": call.name, "arguments": arguments}
+
+    def record(
+        *, server: str, tool_name: str, result: str, status: Status, duration_ms: int, error: str = ""
+    ) -> ToolCallRecord:
+        return ToolCallRecord(
+            step=step,
+            index=index,
+            call_id=call.id,
+            name=call.name,
+            arguments=arguments,
+            server=server,
+            tool=tool_name,
+            result=result,
+            status=status,
+            duration_ms=duration_ms,
+            error=error,
+        )
+
     if tool is None:
         message = REFUSED_MESSAGE.format(name=call.name)
-        return ToolCallRecord(**base, server="", tool=call.name, result=message, status="refused", duration_ms=0)
-    where = {"server": tool.server, "tool": tool.tool}
+        return record(server="", tool_name=call.name, result=message, status="refused", duration_ms=0)
     if not isinstance(arguments, dict):
         message = BAD_ARGUMENTS_MESSAGE.format(name=call.name)
-        return ToolCallRecord(**base, **where, result=message, status="error", duration_ms=0, error=message)
+        return record(
+            server=tool.server, tool_name=tool.tool, result=message, status="error", duration_ms=0, error=message
+        )
     started = clock()
     try:
         text, is_error = tool.run(arguments, timeout_seconds)
     except McpError as error:
         status: Status = "timeout" if isinstance(error, McpTimeoutError) else "error"
-        duration_ms = int((clock() - started) * 1000)
-        result = ERROR_MESSAGE.format(name=call.name, error=error.message)
-        return ToolCallRecord(
-            **base, **where, result=result, status=status, duration_ms=duration_ms, error=error.message
+        return record(
+            server=tool.server,
+            tool_name=tool.tool,
+            result=ERROR_MESSAGE.format(name=call.name, error=error.message),
+            status=status,
+            duration_ms=int((clock() - started) * 1000),
+            error=error.message,
         )
-    duration_ms = int((clock() - started) * 1000)
-    return ToolCallRecord(
-        **base,
-        **where,
+    return record(
+        server=tool.server,
+        tool_name=tool.tool,
         result=text,
         status="error" if is_error else "ok",
-        duration_ms=duration_ms,
+        duration_ms=int((clock() - started) * 1000),
         error="the tool reported an error" if is_error else "",
     )
 
@@ -184,7 +204,7 @@ def step_calls_run(
     tools: dict[str, LoopTool],
     limits: ToolLimits,
     deadline: float,
-    record: Callable[[ToolCallRecord], None],
+    record: Callable[[ToolCallRecord], object],
     clock: Callable[[], float],
     on_tool_step: Callable[[str], None] | None,
 ) -> list[ToolCallRecord]:
@@ -229,7 +249,7 @@ def tool_loop_run(
     tools: Sequence[LoopTool],
     limits: ToolLimits,
     completed_calls: Sequence[ToolCallRecord] = (),
-    record: Callable[[ToolCallRecord], None],
+    record: Callable[[ToolCallRecord], object],
     clock: Callable[[], float] = time.monotonic,
     on_text: Callable[[str], None] | None = None,
     on_tool_step: Callable[[str], None] | None = None,

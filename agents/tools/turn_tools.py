@@ -25,6 +25,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import cast
 
 from django.conf import settings
 from django.utils import timezone
@@ -37,7 +38,7 @@ from agents.mcp.output import redacted, tool_output_text
 from agents.mcp.services import bot_call_timeout_seconds, bot_secrets, mcp_server_config, mcp_servers_enabled
 from agents.models import Bot, McpServer, Provider, Turn, TurnToolCall
 from agents.tools.budget import budget_within_soft_limit, task_soft_limit_seconds
-from agents.tools.loop import LoopTool, ToolCallRecord, ToolLimits, model_call, tool_loop_run
+from agents.tools.loop import LoopTool, Status, ToolCallRecord, ToolLimits, model_call, tool_loop_run
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ def turn_tool_calls_completed(*, turn: Turn) -> list[ToolCallRecord]:
             tool=row.tool,
             arguments=row.arguments.get("raw", "") if set(row.arguments) == {"raw"} else row.arguments,
             result=row.result,
-            status=row.status,
+            status=cast(Status, row.status),  # the column's choices are Status's values
             duration_ms=row.duration_ms,
             error=row.error,
         )

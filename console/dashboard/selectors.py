@@ -122,6 +122,8 @@ def _latencies(*, since: datetime) -> dict[int, tuple[int | None, int | None]]:
         }
     durations: dict[int, list[int]] = defaultdict(list)
     for bot_id, started_at, finished_at in finished.values_list("bot_id", "started_at", "finished_at"):
+        if started_at is None or finished_at is None:  # `finished` filters both set; the columns are nullable
+            continue
         durations[bot_id].append(int((finished_at - started_at).total_seconds() * 1000))
     return {bot_id: (percentile(values, 0.5), percentile(values, 0.95)) for bot_id, values in durations.items()}
 

@@ -49,6 +49,7 @@ def source_parsed(*, turn: Turn) -> ParsedMessage | None:
         )
         parsed = message_parse(event.payload) if event is not None else None
         setattr(turn, _SOURCE_PARSED_ATTRIBUTE, parsed)
+    assert parsed is None or isinstance(parsed, ParsedMessage)  # only this function sets the attribute
     return parsed
 
 

@@ -23,7 +23,7 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from django.db import transaction
@@ -41,6 +41,7 @@ from agents.services.turns import (
     turn_get_or_create,
 )
 from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
+from core.text import TranslatableText
 from feishu.channel.attachments import turn_attachments_fetch
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
@@ -53,6 +54,7 @@ from feishu.inbound.messages import (
 from feishu.inbound.parsing import ParsedMessage
 from feishu.models import OutboundDelivery
 from feishu.outbound.api_errors import FeishuApiError
+from feishu.outbound.cards import ReplyFormat
 from feishu.outbound.delivery import OutgoingText, deliveries_prepare, deliveries_send, feishu_notice_send
 from feishu.outbound.replies import (
     CardStreamSink,
@@ -121,6 +123,11 @@ def discuss_contract_get(*, turn: Turn) -> str:
     return activation_contract(reason=reason) if reason is not None else ""
 
 
+def _reply_format(bot: Bot) -> ReplyFormat:
+    """The bot's stored format as the outbound code names it (the column's choices are these two values)."""
+    return "text" if bot.reply_format == "text" else "markdown_card"
+
+
 class FeishuChannel(TurnChannel):
     name = "feishu"
 
@@ -180,7 +187,7 @@ class FeishuChannel(TurnChannel):
         )
 
     @staticmethod
-    def _quoted_text(*, bot: Bot, parsed: ParsedMessage, secrets: list[str]) -> str | None | Skip:
+    def _quoted_text(*, bot: Bot, parsed: ParsedMessage, secrets: Sequence[str]) -> str | None | Skip:
         if not (parsed.is_explicit_reply and bot.has_feishu_credentials):
             return None
         try:
@@ -235,7 +242,7 @@ class FeishuChannel(TurnChannel):
                     reply_in_thread=parsed.is_in_topic,
                     text=reply.content,
                     source_message_id=turn.source_message_id,
-                    reply_format=bot.reply_format,
+                    reply_format=_reply_format(bot),
                 )
             )
             message_ids = [row.feishu_message_id for row in _send(rows=rows)]
@@ -265,7 +272,7 @@ class FeishuChannel(TurnChannel):
             return
         super().failed(turn=turn, status=status)
 
-    def notice(self, *, turn: Turn, text: str, purpose: str) -> None:
+    def notice(self, *, turn: Turn, text: TranslatableText, purpose: str) -> None:
         parsed = source_parsed(turn=turn)
         if parsed is None:
             return
@@ -300,12 +307,12 @@ class FeishuAutomationChannel(AutomationChannel):
                 reply_in_thread=False,
                 text=reply.content,
                 source_message_id=turn.source_message_id,
-                reply_format=turn.bot.reply_format,
+                reply_format=_reply_format(turn.bot),
             )
         )
         _send(rows=rows)
 
-    def notice(self, *, turn: Turn, text: str, purpose: str) -> None:
+    def notice(self, *, turn: Turn, text: TranslatableText, purpose: str) -> None:
         chat_id = self._chat_id(turn)
         if chat_id:
             feishu_notice_send(

@@ -47,7 +47,7 @@ def discuss_wakes_sweep(*, now: datetime | None = None) -> list[str]:
     # The sweep saw these due at `now`: the fire treats the clock as at least that (an injected clock in tests).
     kwargs = {"swept_at": now.isoformat()}
     if discuss_wake_fire_task.app.conf.task_always_eager:
-        return [discuss_wake_fire_task.apply(args=[wake_id], kwargs=kwargs).get() for wake_id in due]
+        return [discuss_wake_fire_task.apply(args=(wake_id,), kwargs=kwargs).get() for wake_id in due]
     # A worker's clock is the real one: no swept_at needed (and nothing but the id travels through the broker).
     return [
         SWEEP_ENQUEUED

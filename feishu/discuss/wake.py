@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Bot, Turn
+from core.columns import column_name
 from core.tasks_enqueue import task_enqueue
 from feishu.models import DiscussWake
 from feishu.tasks import discuss_wake_fire_task
@@ -224,7 +225,7 @@ def discuss_wake_upsert(
     }
     adapt = connection.ops.adapt_datetimefield_value
     params = [adapt(value) if isinstance(value, datetime) else value for value in values.values()]
-    returning = ", ".join(quote(field.column) for field in meta.concrete_fields)
+    returning = ", ".join(quote(column_name(field)) for field in meta.concrete_fields)
     extend = _WAKE_EXTEND_SQL[connection.vendor].format(t=table)
     carried_sql, carried_params = carried_write or ("", [])
     if carried_sql and connection.vendor != "postgresql":

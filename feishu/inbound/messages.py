@@ -8,6 +8,7 @@ from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Bot
+from core.text import TranslatableText
 from feishu.inbound.parsing import ParsedMessage, slash_command
 from feishu.models import OutboundDelivery
 from threadcontext.services.collection import InboundMessage, Mention
@@ -26,7 +27,7 @@ QUOTED_READ_FAILED_TEXT = _(
 )
 
 
-def bot_text(*, bot: Bot, text: str) -> str:
+def bot_text(*, bot: Bot, text: TranslatableText) -> str:
     """One of the bridge's fixed texts as the bot says it: in the bot's language, whatever the process's is."""
     with translation.override(bot.language):
         return str(text)

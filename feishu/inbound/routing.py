@@ -316,7 +316,9 @@ def inbound_event_route(
     """Route one stored event by its type: a message, a recall (G7), the bot added to or removed from a group (G2)."""
     if event_type in (EVENT_MESSAGE, ""):
         return inbound_message_route(bot=bot, payload=payload, bot_open_id=bot_open_id, finish=finish)
-    event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        event = {}
     chat_id = str(event.get("chat_id") or "")
     if event_type == EVENT_RECALLED:
         message_id = str(event.get("message_id") or "")

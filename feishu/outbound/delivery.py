@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot, Turn
+from core.text import TranslatableText
 from feishu.inbound.messages import bot_text
 from feishu.models import OutboundDelivery
 from feishu.outbound import sends as feishu_sends
@@ -242,7 +243,7 @@ def feishu_notice_send(
     chat_id: str,
     reply_to_message_id: str,
     reply_in_thread: bool,
-    text: str,
+    text: TranslatableText,
     purpose: str,
     source_key: str = "",
 ) -> list[OutboundDelivery]:

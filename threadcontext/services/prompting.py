@@ -90,7 +90,7 @@ def context_prompt_prepare(
         )
     decision = context_decision_record(package=package, prompt_preview=prompt)
     # Delivered once a submit carried the root: as a wrapper, as the request itself, or as the quoted message.
-    injected = bool(root_text) and (root_text in prompt)
+    injected = bool(root_text and root_text in prompt)
     return PreparedPrompt(
         prompt=prompt,
         package=package,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from agents.models import Message, Thread, Turn
 from agents.services.turns.assembly import NO_ATTACHMENTS, TurnAttachments
+from core.text import TranslatableText
 
 
 class StreamSink:
@@ -55,7 +56,7 @@ class Prepared:
 @dataclass(frozen=True)
 class Skip:
     reason: str  # stored on the turn (admin)
-    notice: str = ""  # told to the chat, when not empty
+    notice: TranslatableText = ""  # told to the chat, when not empty (a fixed text, in the bot's language)
 
 
 class PrepareRetryable(Exception):
@@ -106,7 +107,7 @@ class TurnChannel:
     def deliver(self, *, turn: Turn, reply: Message) -> None:
         return None
 
-    def notice(self, *, turn: Turn, text: str, purpose: str) -> None:
+    def notice(self, *, turn: Turn, text: TranslatableText, purpose: str) -> None:
         return None
 
     def failed(self, *, turn: Turn, status: str) -> None:

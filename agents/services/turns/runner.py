@@ -232,11 +232,14 @@ def _primary_input(
     *, turn: Turn, channel: TurnChannel, model: LLMModel, activation_contract: str
 ) -> tuple[PrimaryInput, dict]:
     """The primary model's input for the prepared turn, and the record of it stored on the turn (`model_input`)."""
+    user_message = turn.user_message
+    # Set when the turn was created; only a deletion of its thread since (SET_NULL) takes it away.
+    assert user_message is not None, f"turn {turn.pk} has no request message"
     # Only messages older than the turn's own user message are context, and no more of them than could fit the
     # window: the thread's length never decides what a turn loads.
     context = selectors.context_messages_list(
         thread=turn.thread,
-        before_id=turn.user_message.pk,
+        before_id=user_message.pk,
         limit=context_messages_upper_bound(context_window=model.context_window),
         assembly_fields_only=True,
     )
@@ -244,7 +247,7 @@ def _primary_input(
         model=model,
         system_prompt=turn.bot.system_prompt,
         context=context,
-        user_prompt=turn.user_message.prompt or turn.user_message.content,
+        user_prompt=user_message.prompt or user_message.content,
         activation_contract=activation_contract,
         attachments=channel.attachments(turn=turn, vision=model.supports_vision),
     )
@@ -363,9 +366,11 @@ def _deliver(*, turn: Turn, channel: TurnChannel) -> str:
     """Step 5: deliver the stored reply through the channel (same uuids every time). The attempt was counted by the
     claim (a turn already replied) or by the reply's store (this run's reply)."""
     attempt = turn.delivery_attempts
+    reply = turn.reply_message
+    assert reply is not None, f"turn {turn.pk} reached delivery without a stored reply"  # _reply_store ran first
     try:
         try:
-            channel.deliver(turn=turn, reply=turn.reply_message)
+            channel.deliver(turn=turn, reply=reply)
         except SoftTimeLimitExceeded as exc:
             raise DeliveryRetryable("The delivery ran past the task's soft time limit.") from exc
     except DeliveryRetryable as exc:
