@@ -30,6 +30,7 @@ from threadcontext.services.collection import (
     thread_event_record_inbound,
     thread_event_record_topic_root,
 )
+from threadcontext.services.bot_profiles import ProfileForgetResult, bot_profile_forget, bot_profile_rename
 from threadcontext.services.decisions import context_decision_record
 from threadcontext.services.prompting import PreparedPrompt, context_prompt_prepare
 from threadcontext.services.recall import RecallResult, thread_context_recall
@@ -54,6 +55,9 @@ from threadcontext.services.workspaces import (
 )
 
 __all__ = [
+    "ProfileForgetResult",
+    "bot_profile_forget",
+    "bot_profile_rename",
     "CHAT_TYPE_GROUP",
     "CHAT_TYPE_P2P",
     "COLLECTED_MESSAGE_TYPES",
