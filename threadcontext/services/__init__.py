@@ -4,6 +4,7 @@ from threadcontext.services import InboundMessage, Mention, thread_event_record_
 """
 
 from threadcontext.selectors import ContextRequest
+from threadcontext.services.bot_profiles import ProfileForgetResult, bot_profile_forget, bot_profile_rename
 from threadcontext.services.collection import (
     CHAT_TYPE_GROUP,
     CHAT_TYPE_P2P,
@@ -30,7 +31,6 @@ from threadcontext.services.collection import (
     thread_event_record_inbound,
     thread_event_record_topic_root,
 )
-from threadcontext.services.bot_profiles import ProfileForgetResult, bot_profile_forget, bot_profile_rename
 from threadcontext.services.decisions import context_decision_record
 from threadcontext.services.prompting import PreparedPrompt, context_prompt_prepare
 from threadcontext.services.recall import RecallResult, thread_context_recall
