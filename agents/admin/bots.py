@@ -91,7 +91,7 @@ class BotAdmin(WriteOnlySecretsAdmin):
         "discuss_probe_mode",
         "feishu_event_mode",
         "primary_model__provider",
-        "is_sandbox",  # the playground's stand-ins (slug playground-<hub bot>)
+        "is_sandbox",  # the playground's stand-ins (each linked to its hub bot by sandbox_of)
     ]
     search_fields = ["slug", "name", "owner__username", "feishu_app_id"]
     list_select_related = ["owner", "primary_model", "primary_model__provider"]
