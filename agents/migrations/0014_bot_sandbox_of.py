@@ -40,8 +40,4 @@ class Migration(migrations.Migration):
             field=models.OneToOneField(blank=True, editable=False, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='playground_stand_in', to='agents.bot'),
         ),
         migrations.RunPython(stand_ins_link, migrations.RunPython.noop),
-        migrations.AddConstraint(
-            model_name='bot',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('is_sandbox', False), ('sandbox_of__isnull', True)), models.Q(('is_sandbox', True), ('sandbox_of__isnull', False)), _connector='OR'), name='bot_stand_in_has_its_hub_bot'),
-        ),
     ]

@@ -62,8 +62,8 @@ def test_finding2_two_long_slugs_with_one_prefix_get_two_stand_ins_and_no_500(
     admin_client, make_feishu_bot, django_capture_on_commit_callbacks
 ):
     # given: two owners' bots whose 64-character slugs share their first 60 characters
-    first = make_feishu_bot(slug=LONG_PREFIX + "-one", owner=UserFactory(username="owner-a"))
-    second = make_feishu_bot(slug=LONG_PREFIX + "-two", owner=UserFactory(username="owner-b"))
+    first = make_feishu_bot(slug=LONG_PREFIX + "-one", owner=UserFactory(username="owner-a"), feishu_app_id="cli_1")
+    second = make_feishu_bot(slug=LONG_PREFIX + "-two", owner=UserFactory(username="owner-b"), feishu_app_id="cli_2")
     group = group_of(first, second)
     # when
     response = post(
@@ -91,7 +91,7 @@ def test_finding2_the_database_keeps_the_flag_and_the_hub_bot_together(make_feis
 def test_finding2_the_migration_links_old_stand_ins_by_slug_once_and_drops_the_unsure_ones():
     # given: the schema before the link, with a stand-in of "planner", a cut one and one whose hub bot is gone
     executor = MigrationExecutor(connection)
-    before, after = [("agents", "0013_bot_is_sandbox")], [("agents", "0014_bot_sandbox_of")]
+    before, after = [("agents", "0013_bot_is_sandbox")], [("agents", "0015_bot_stand_in_constraint")]
     executor.migrate(before)
     old = executor.loader.project_state(before).apps
     owner = old.get_model(*settings.AUTH_USER_MODEL.split(".")).objects.create(username="owner")
