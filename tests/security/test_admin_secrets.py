@@ -7,11 +7,13 @@ provider's API key, the bot's three Feishu secrets, an MCP server's environment 
 key must appear in no response body; the pages show "set (ends …XXXX)" instead.
 """
 
+import io
 import json
 
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Permission
+from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
@@ -165,3 +167,27 @@ def test_finding1_token_admin_adds_and_changes_nothing():
     # then
     assert (add.status_code, change.status_code) == (403, 403)
     assert Token.objects.get(user=token.user).key == token.key
+
+
+def test_finding1_a_rest_only_users_token_is_made_by_command_and_printed_once():
+    # given: a user who is not staff, with an old token
+    user = UserFactory(username="rest-only")
+    old = Token.objects.create(user=user).key
+    out = io.StringIO()
+    # when
+    call_command("api_token_replace", "rest-only", stdout=out)
+    # then: the new key printed, the old one gone, and it authenticates over REST
+    new = Token.objects.get(user=user).key
+    assert out.getvalue().startswith(f"API token of rest-only: {new}  ")
+    assert not Token.objects.filter(key=old).exists()
+    response = Client().get("/api/v1/threads/", HTTP_AUTHORIZATION=f"Token {new}")
+    assert response.status_code == 200
+
+
+def test_finding1_the_token_command_refuses_an_unknown_user_and_writes_nothing():
+    # given
+    count = Token.objects.count()
+    # when / then
+    with pytest.raises(CommandError, match="No active user named 'nobody'"):
+        call_command("api_token_replace", "nobody", stdout=io.StringIO())
+    assert Token.objects.count() == count
