@@ -182,10 +182,16 @@ class DiscussWakeExplainAdmin(DiscussWakeAdmin):
         # admin_view only checks is_staff: the page shows context the operator may not be allowed to read.
         if not self.has_view_permission(request):
             raise PermissionDenied
+        # A turn's explain shows its input, output and context: it needs the turn's own view permission too
+        # (issue 30, finding 8), asked before the lookup so that a denied viewer learns nothing of which exist.
+        if turn_id is not None and not request.user.has_perm("agents.view_turn"):
+            raise PermissionDenied
         try:
             explain = wake_explain_data(wake_id=wake_id, turn_id=turn_id)
         except ExplainNotFound as error:
             raise Http404(str(error)) from error
+        if explain["turn"] is not None and not request.user.has_perm("agents.view_turn"):
+            raise PermissionDenied
         title = _("Wake %(id)s") % {"id": wake_id} if wake_id is not None else _("Turn %(id)s") % {"id": turn_id}
         context = {
             **self.admin_site.each_context(request),

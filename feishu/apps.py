@@ -2,7 +2,7 @@ import sys
 
 from celery.signals import worker_init
 from django.apps import AppConfig
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_save, pre_save
 from django.utils.translation import gettext_lazy as _
 
 from feishu import lark_modules_load, lazy_module_is_loaded
@@ -19,6 +19,7 @@ class FeishuConfig(AppConfig):
         from agents.services.turns import channel_register
         from feishu.channel.turn_channel import FeishuAutomationChannel, FeishuChannel
         from feishu.inbound.intake import bot_cache_forget
+        from threadcontext.services import bot_profile_forget, bot_profile_rename
 
         # The bridge's channels of the one turn pipeline (agents defines the port and never imports the bridge).
         channel_register(Thread.Channel.FEISHU, FeishuChannel())
@@ -38,6 +39,21 @@ class FeishuConfig(AppConfig):
         # The webhook's and the intake worker's per-process bot caches: a save or delete here takes effect at once.
         post_save.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_save")
         post_delete.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_delete")
+
+        # Issue 30, finding 5: threadcontext names a bot by slug; its records follow the bot, whichever way it is
+        # deleted (the admin, a cascade from its owner) or renamed, so a later bot with the slug starts empty.
+        def profile_forget(sender, instance, **kwargs) -> None:
+            bot_profile_forget(bot_profile=instance.slug)
+
+        def profile_rename(sender, instance, update_fields=None, **kwargs) -> None:
+            if instance.pk is None or (update_fields is not None and "slug" not in update_fields):
+                return
+            old = Bot.objects.filter(pk=instance.pk).values_list("slug", flat=True).first()
+            if old is not None and old != instance.slug:
+                bot_profile_rename(old=old, new=instance.slug)
+
+        post_delete.connect(profile_forget, sender=Bot, weak=False, dispatch_uid="feishu_bot_profile_forget")
+        pre_save.connect(profile_rename, sender=Bot, weak=False, dispatch_uid="feishu_bot_profile_rename")
 
 
 def _lark_modules_load(**kwargs) -> None:

@@ -4,6 +4,7 @@ from datetime import timedelta
 from typing import ClassVar
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import F, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -198,7 +199,11 @@ class ProbeJudgementAdmin(AuditAdmin):
 
     def failing_view(self, request: HttpRequest) -> TemplateResponse:
         """Bots whose gate failed closed in the last 24 h, by cause and count (P10)."""
+        # admin_view only checks is_staff: the rows are judgements, and the misconfigured list is bots.
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         rows = failing_closed_bots_list(since=FAILING_WINDOW)
+        may_see_bots = request.user.has_perm("agents.view_bot")
         changelist = reverse("admin:probe_probejudgement_changelist")
         context = {
             **self.admin_site.each_context(request),
@@ -214,10 +219,11 @@ class ProbeJudgementAdmin(AuditAdmin):
                 for row in rows
             ],
             "since": timezone.now() - FAILING_WINDOW,
+            "may_see_bots": may_see_bots,
             # G2: bots that cannot answer as configured, listed with the cause instead of staying silent.
             "misconfigured": [
                 {"row": row, "bot_url": reverse("admin:agents_bot_change", args=[row.bot_id])}
-                for row in misconfigured_bots_list()
+                for row in (misconfigured_bots_list() if may_see_bots else [])
             ],
         }
         return TemplateResponse(request, "admin/probe/failing_closed.html", context)

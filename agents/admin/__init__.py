@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
 from agents import models
-from agents.admin import bots, mcp, providers, threads, turns  # noqa: F401
+from agents.admin import bots, mcp, providers, threads, tokens, turns  # noqa: F401
 from core.admin import model_names, model_strings_translate
 
 # The console's name, in the operator's language (the agents admin loads first of the hub's apps).

@@ -12,7 +12,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agents.admin.providers import MarkedModelAutocompleteSelect, model_choice_label
-from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm
+from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm, WriteOnlySecretsAdmin, secret_state
 from agents.models import Bot, UserProfile
 from agents.tools.budget import tool_budget_max_seconds
 
@@ -75,7 +75,7 @@ class UserProfileAdmin(admin.ModelAdmin):
 
 
 @admin.register(Bot)
-class BotAdmin(admin.ModelAdmin):
+class BotAdmin(WriteOnlySecretsAdmin):
     form = BotForm
     list_display = [
         "slug",
@@ -94,7 +94,7 @@ class BotAdmin(admin.ModelAdmin):
         "discuss_probe_mode",
         "feishu_event_mode",
         "primary_model__provider",
-        "is_sandbox",  # the playground's stand-ins (slug playground-<hub bot>)
+        "is_sandbox",  # the playground's stand-ins (each linked to its hub bot by sandbox_of)
     ]
     search_fields = ["slug", "name", "owner__username", "feishu_app_id"]
     list_select_related = ["owner", "primary_model", "primary_model__provider"]
@@ -204,6 +204,18 @@ class BotAdmin(admin.ModelAdmin):
     def short_feishu_app_id(self, bot: Bot) -> str:
         app_id = bot.feishu_app_id
         return app_id if len(app_id) <= MAX_KEY_COLUMN_CHARS else app_id[: MAX_KEY_COLUMN_CHARS - 1] + "…"
+
+    @admin.display(description=_("Feishu app secret"))
+    def feishu_app_secret_state(self, bot: Bot) -> str:
+        return secret_state(bot.feishu_app_secret)
+
+    @admin.display(description=_("Feishu encrypt key"))
+    def feishu_encrypt_key_state(self, bot: Bot) -> str:
+        return secret_state(bot.feishu_encrypt_key)
+
+    @admin.display(description=_("Feishu verification token"))
+    def feishu_verification_token_state(self, bot: Bot) -> str:
+        return secret_state(bot.feishu_verification_token)
 
     @admin.display(description=_("Feishu secrets"))
     def feishu_secrets_state(self, bot: Bot) -> str:

@@ -15,7 +15,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm, secret_state
+from agents.admin.secrets import (
+    ClearSecretField,
+    SecretField,
+    SecretFieldsForm,
+    WriteOnlySecretsAdmin,
+    secret_map_state,
+)
 from agents.mcp.services import mcp_server_test
 from agents.models import McpServer
 
@@ -88,7 +94,7 @@ class McpServerForm(SecretFieldsForm):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(WriteOnlySecretsAdmin):
     form = McpServerForm
     list_display = ["name", "bot", "transport", "is_enabled", "on_failure", "allowed", "test_state", "last_test_at"]
     list_filter = ["transport", "is_enabled", "on_failure", "last_test_ok"]
@@ -147,11 +153,11 @@ class McpServerAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("Environment"))
     def environment_state(self, server: McpServer) -> str:
-        return secret_state(server.environment)
+        return secret_map_state(server.environment)
 
     @admin.display(description=_("Headers"))
     def headers_state(self, server: McpServer) -> str:
-        return secret_state(server.headers)
+        return secret_map_state(server.headers)
 
     @admin.display(description=_("Last test"))
     def test_state(self, server: McpServer) -> str:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm, secret_state
+from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm, WriteOnlySecretsAdmin, secret_state
 from agents.llm.base import LLMError
 from agents.llm.registry import llm_connection_test
 from agents.models import LLMModel, Provider
@@ -116,7 +116,7 @@ class LLMModelInline(admin.TabularInline):
 
 
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
+class ProviderAdmin(WriteOnlySecretsAdmin):
     form = ProviderForm
     list_display = [
         "name",

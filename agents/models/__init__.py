@@ -194,8 +194,27 @@ class Bot(models.Model):
         editable=False,
         help_text=_("A playground stand-in: its Feishu calls are recorded on this machine, never sent."),
     )
+    # The hub bot a stand-in answers for (issue 30, finding 2). A stand-in is found by this key, never by its slug,
+    # so a real bot whose slug looks like a stand-in's is never taken over; the constraint keeps flag and key as one.
+    sandbox_of = models.OneToOneField(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="playground_stand_in",
+        editable=False,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(is_sandbox=False, sandbox_of__isnull=True)
+                | models.Q(is_sandbox=True, sandbox_of__isnull=False),
+                name="bot_stand_in_has_its_hub_bot",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name

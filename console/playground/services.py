@@ -10,7 +10,7 @@ import re
 import secrets
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 
 from agents.models import Bot
@@ -24,6 +24,8 @@ from threadcontext.models import Workspace
 from threadcontext.services import workspace_chat_mode_store, workspace_ensure
 
 SANDBOX_SLUG_PREFIX = "playground-"
+STAND_IN_SLUG_HEX_BYTES = 8
+STAND_IN_SLUG_ATTEMPTS = 3
 MAX_TEXT_CHARS = 4000
 MAX_SENDER_CHARS = 64
 # The hub bot's settings a stand-in copies: what decides how it answers and whether it speaks.
@@ -47,16 +49,30 @@ class PlaygroundInputError(ValueError):
     """What the operator typed cannot be posted (the message says why); nothing was written."""
 
 
-def sandbox_slug(bot: Bot) -> str:
-    return (SANDBOX_SLUG_PREFIX + bot.slug)[:64]
+def stand_in_slug() -> str:
+    """A fresh slug for a new stand-in: only a name (the stand-in is found by `sandbox_of`), of a fixed length
+    whatever the hub bot's slug, so no two hub bots share one and no slug is too long for the intake."""
+    return SANDBOX_SLUG_PREFIX + secrets.token_hex(STAND_IN_SLUG_HEX_BYTES)
 
 
 def sandbox_bot_sync(*, bot: Bot) -> Bot:
-    """The hub bot's stand-in, created on first use and given the hub bot's current settings every time."""
+    """The hub bot's stand-in, created on first use and given the hub bot's current settings every time.
+
+    Found by its hub bot's key (issue 30, finding 2): a real bot is never looked up, so never rewritten.
+    """
     values = {name: getattr(bot, name) for name in COPIED_FIELDS}
-    sandbox, _ = Bot.objects.update_or_create(
-        slug=sandbox_slug(bot), defaults={**values, "is_sandbox": True, "is_enabled": True}
-    )
+    defaults = {**values, "is_sandbox": True, "is_enabled": True}
+    for attempt in range(STAND_IN_SLUG_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                sandbox, _ = Bot.objects.update_or_create(
+                    sandbox_of=bot, defaults=defaults, create_defaults={**defaults, "slug": stand_in_slug()}
+                )
+            break
+        except IntegrityError:
+            # A real bot already holds the fresh slug (a one in 2^64 draw, or chosen to collide): draw again.
+            if attempt == STAND_IN_SLUG_ATTEMPTS - 1:
+                raise
     # Local webhook credentials only (a verification token, an encrypt key, an open_id), never an app secret.
     bot_local_credentials_provision(bot=sandbox)
     return sandbox

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
 from django.test import RequestFactory
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
@@ -127,7 +128,7 @@ def test_ensure_admin_sets_a_fresh_random_password_each_run():
         call_command("ensure_admin", stdout=out)
         outputs.append(dict(line.split(": ", 1) for line in out.getvalue().splitlines()))
 
-    # then: one superuser; only the last printed password works; the token stays
+    # then: one superuser; only the last printed password works; the token stays, its key printed once (issue 30)
     admin = get_user_model().objects.get()
     assert (admin.username, admin.is_superuser, admin.is_staff) == ("admin", True, True)
     first, second = outputs[0]["Admin password"], outputs[1]["Admin password"]
@@ -135,4 +136,6 @@ def test_ensure_admin_sets_a_fresh_random_password_each_run():
     login = RequestFactory().post("/admin/login/")  # django-axes' backend needs the request (its address)
     assert authenticate(login, username="admin", password=first) is None
     assert authenticate(login, username="admin", password=second) == admin
-    assert outputs[0]["API token"] == outputs[1]["API token"]
+    token = Token.objects.get(user=admin).key
+    assert outputs[0]["API token"] == f"{token}  (Authorization: Token {token})"
+    assert token not in outputs[1]["API token"] and "not shown again" in outputs[1]["API token"]

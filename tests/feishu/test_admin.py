@@ -124,9 +124,12 @@ def test_explain_pages_need_the_view_permission_on_discuss_wakes_P11(client, mak
 
     denied = [client.get(page).status_code for page in pages]
     staff.user_permissions.add(Permission.objects.get(codename="view_discusswake"))
+    wakes_only = [client.get(page).status_code for page in pages]
+    staff.user_permissions.add(Permission.objects.get(codename="view_turn"))
     allowed = [client.get(page).status_code for page in pages]
 
-    assert (denied, allowed) == ([403, 403], [200, 200])
+    # issue 30, finding 8: the wake's turn is on both pages, so both need the turn's view permission too
+    assert (denied, wakes_only, allowed) == ([403, 403], [403, 403], [200, 200])
 
 
 def test_admin_reprocess_costs_the_same_queries_for_one_event_or_many(admin_client, make_feishu_bot, mocker):

@@ -163,7 +163,7 @@ def test_a_stand_in_follows_its_hub_bot_and_each_group_keeps_its_own_reply_mode(
     playground_members_sync(group=group)
 
     # then
-    stand_in = Bot.objects.get(slug="playground-planner")
+    stand_in = Bot.objects.get(sandbox_of__slug="planner")
     assert (stand_in.system_prompt, stand_in.is_sandbox, stand_in.has_feishu_credentials) == (
         'You are "Planner", terse.',
         True,
@@ -240,7 +240,8 @@ def test_the_admin_creates_a_group_with_its_bots_and_opens_its_page(admin_client
     assert response.status_code == 302 and response["Location"] == reverse("admin:playground_room", args=[group.pk])
     page = admin_client.get(response["Location"])
     assert page.status_code == 200 and b"playground-compose" in page.content
-    workspace = Workspace.objects.get(bot_profile="playground-planner", chat_id=group.chat_id)
+    stand_in = Bot.objects.get(sandbox_of__slug="planner")
+    workspace = Workspace.objects.get(bot_profile=stand_in.slug, chat_id=group.chat_id)
     assert workspace.is_topic_chat
     assert group.chat_id.startswith("oc_playground_")
 
@@ -270,7 +271,7 @@ def test_in_a_topic_group_an_at_mention_inside_a_topic_gets_the_topic_root_as_co
 
     # then: the turn answered in the topic, its prompt held the topic root; the echo is only Bob's request
     assert reply.status_code == 201
-    turn = Turn.objects.get(bot__slug="playground-coder", source_message_id=reply.json()["message_id"])
+    turn = Turn.objects.get(bot__sandbox_of__slug="coder", source_message_id=reply.json()["message_id"])
     assert "Snake game for the offsite" in turn.user_message.prompt
     assert turn.reply_message.content.endswith("you said: draft a plan")
     delivery = OutboundDelivery.objects.get(turn=turn)

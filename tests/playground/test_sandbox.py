@@ -33,7 +33,7 @@ def no_http(monkeypatch):
 
 def test_every_call_of_a_sandbox_bot_is_answered_and_recorded_on_this_machine(make_feishu_bot, feishu_stub, no_http):
     # given: a sandbox bot, even one whose fields hold what look like real Feishu credentials
-    bot = make_feishu_bot(slug="sandboxed", is_sandbox=True)
+    bot = make_feishu_bot(slug="sandboxed", is_sandbox=True, sandbox_of=make_feishu_bot(slug="hub"))
     source = MESSAGE_ID_PREFIX + "abc"
 
     # when: every kind of outbound call the bridge makes (text, card, streaming update, settings, reactions)

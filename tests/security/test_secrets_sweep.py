@@ -9,6 +9,7 @@ SQL (the secrets' own columns hold Fernet tokens, so a plaintext match anywhere 
 
 import pytest
 from django.apps import apps
+from django.contrib.auth.models import Permission
 from django.db import connection, models
 from django.test import Client
 
@@ -25,6 +26,7 @@ PLANTED = {
     "feishu encrypt key": "planted-encrypt-key-c0ffee",
     "feishu verification token": "planted-verification-token-9d41",
 }
+VIEW_ONLY_PERMISSIONS = ("view_provider", "view_bot", "view_mcpserver", "view_tokenproxy")
 TEXT_FIELDS = (models.CharField, models.TextField, models.JSONField)
 
 
@@ -95,6 +97,15 @@ def test_secrets_sweep_finds_no_planted_secret_in_logs_responses_or_columns(
     responses.append(admin.get(f"/admin/agents/bot/{bot.pk}/change/"))
     responses.append(admin.get(f"/admin/agents/provider/{provider.pk}/change/"))
     responses.append(admin.get("/admin/feishu/inboundevent/"))
+    # and the same pages, their history and the token admin as staff who may only view them (issue 30, finding 1)
+    viewer = UserFactory(username="viewer", is_staff=True)
+    viewer.user_permissions.add(*Permission.objects.filter(codename__in=VIEW_ONLY_PERMISSIONS))
+    view_only = Client()
+    view_only.force_login(viewer)
+    for page in ["agents/bot", "agents/provider"]:
+        pk = bot.pk if page == "agents/bot" else provider.pk
+        responses.extend(view_only.get(f"/admin/{page}/{pk}/{view}/") for view in ("change", "history"))
+    responses.append(view_only.get("/admin/authtoken/tokenproxy/"))
     # then
     assert [r.status_code for r in responses[:2]] == [200, 200]
     assert Turn.objects.count() == 3  # two Feishu turns and the REST one really ran

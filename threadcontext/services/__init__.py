@@ -4,6 +4,7 @@ from threadcontext.services import InboundMessage, Mention, thread_event_record_
 """
 
 from threadcontext.selectors import ContextRequest
+from threadcontext.services.bot_profiles import ProfileForgetResult, bot_profile_forget, bot_profile_rename
 from threadcontext.services.collection import (
     CHAT_TYPE_GROUP,
     CHAT_TYPE_P2P,
@@ -54,6 +55,9 @@ from threadcontext.services.workspaces import (
 )
 
 __all__ = [
+    "ProfileForgetResult",
+    "bot_profile_forget",
+    "bot_profile_rename",
     "CHAT_TYPE_GROUP",
     "CHAT_TYPE_P2P",
     "COLLECTED_MESSAGE_TYPES",

@@ -1,4 +1,8 @@
-"""`python manage.py ensure_admin`: the superuser `admin` with a fresh random password, printed once."""
+"""`python manage.py ensure_admin`: the superuser `admin` with a fresh random password, printed once.
+
+Its API token is printed when it is created, on the first run only: a key is shown once, to its owner (the
+operator who owns `admin`); a lost one is replaced on the console's "Your API token" page (issue 30, finding 1).
+"""
 
 import secrets
 
@@ -7,6 +11,7 @@ from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
 ADMIN_USERNAME = "admin"
+TOKEN_PAGE = "authtoken/tokenproxy/mine/"
 
 
 class Command(BaseCommand):
@@ -20,7 +25,10 @@ class Command(BaseCommand):
         user.is_staff = user.is_superuser = user.is_active = True
         user.set_password(password)
         user.save()
-        token, _ = Token.objects.get_or_create(user=user)
+        token, is_created = Token.objects.get_or_create(user=user)
         self.stdout.write(f"Admin user: {ADMIN_USERNAME}")
         self.stdout.write(f"Admin password: {password}")
-        self.stdout.write(f"API token: {token.key}  (Authorization: Token {token.key})")
+        if is_created:
+            self.stdout.write(f"API token: {token.key}  (Authorization: Token {token.key})")
+        else:
+            self.stdout.write(f"API token: kept, not shown again (replace it at /admin/{TOKEN_PAGE})")
