@@ -310,6 +310,7 @@ MODEL_STRINGS = frozenset(
         gettext_noop("playground stand-in"),
         gettext_noop("A playground stand-in: its Feishu calls are recorded on this machine, never sent."),
         gettext_noop("The sandbox bot's bridge id."),
+        gettext_noop("sandbox of"),
         gettext_noop("app id"),
         gettext_noop("method"),
         gettext_noop("path"),
