@@ -86,7 +86,12 @@ def _duplicate_found(*, bot: Bot, event_id: str, message_id: str, payload: dict[
     if existing is not None and (existing.event_id != event_id or existing.payload == payload):
         logger.info(
             "feishu duplicate event",
-            extra={"bot": bot.slug, "message_id": message_id, "event_id": event_id, "first_event_id": existing.event_id},
+            extra={
+                "bot": bot.slug,
+                "message_id": message_id,
+                "event_id": event_id,
+                "first_event_id": existing.event_id,
+            },
         )
         return existing
     first = existing or InboundEvent.objects.filter(bot=bot, event_id=event_id).order_by("pk").first()

@@ -122,8 +122,7 @@ def test_i30_9_unknown_disabled_and_rest_only_bots_answer_alike(feishu, make_fei
     payload = fixture_payload("message_text_group", bot=bot)
     # when: the same signed body to each address
     answers = [
-        feishu.post(bot, payload, slug=slug)
-        for slug in ("no-such-bot", disabled.slug, rest_only.slug, "x" * 5000)
+        feishu.post(bot, payload, slug=slug) for slug in ("no-such-bot", disabled.slug, rest_only.slug, "x" * 5000)
     ]
     # then: one status and one body, naming no slug
     assert {(a.status_code, a.content) for a in answers} == {(404, answers[0].content)}
