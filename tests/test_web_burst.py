@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from django.contrib import admin
 
 from amuxweb import gunicorn_conf
 from tests.faults.servers import free_port, port_open, wait_until
@@ -78,7 +79,7 @@ def burst(*, port: int, count: int) -> tuple[Counter, float]:
     return outcomes, time.monotonic() - began
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def web_server():
     """The Procfile's web process on a free port and a migrated SQLite file of its own; stopped with SIGTERM."""
     directory = Path(tempfile.mkdtemp(prefix="amuxweb-burst-"))
@@ -122,6 +123,20 @@ def test_i30_7_the_procfile_web_takes_a_burst_of_200_webhook_requests_without_a_
     # refused, timed out or dropped into a SYN retry
     assert outcomes == Counter({"404": BURST}), (outcomes, log_path.read_text()[-2000:])
     assert seconds < BURST_SECONDS
+
+
+def test_i30_7_the_procfile_web_serves_the_admins_static_files_without_runserver(web_server):
+    # runserver served them itself; under gunicorn whitenoise does (its finders in DEBUG, no collectstatic)
+    port, log_path = web_server
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(b"GET /static/admin/css/base.css HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), log_path.read_text()[-2000:]
+    assert b"text/css" in head
+    assert body == (Path(admin.__file__).parent / "static" / "admin" / "css" / "base.css").read_bytes()
 
 
 def test_i30_7_the_procfile_web_is_gunicorn_with_the_projects_settings():
