@@ -17,6 +17,7 @@ from agents.models import Bot
 from core.columns import column_name, concrete_field
 from core.tasks_enqueue import task_enqueue
 from core.tasks_relay import task_relay
+from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY
 from feishu.models import InboundEvent
 from feishu.tasks import inbound_event_process as inbound_event_process_task
 
@@ -83,7 +84,7 @@ def _duplicate_found(*, bot: Bot, event_id: str, message_id: str, payload: dict[
     """The row that made the INSERT a no-op: the same message (Feishu's retry or replay: the usual dedupe), or
     another message already stored under this event_id (a reused event_id: ignored, one warning)."""
     existing = InboundEvent.objects.filter(bot=bot, message_id=message_id).first()
-    if existing is not None and (existing.event_id != event_id or existing.payload == payload):
+    if existing is not None and (existing.event_id != event_id or _as_received(existing.payload) == payload):
         logger.info(
             "feishu duplicate event",
             extra={
@@ -100,6 +101,11 @@ def _duplicate_found(*, bot: Bot, event_id: str, message_id: str, payload: dict[
         extra={"bot": bot.slug, "event_id": event_id, "message_id": message_id, "first_message_id": first.message_id},
     )
     return first
+
+
+def _as_received(payload: dict[str, Any]) -> dict[str, Any]:
+    """A stored payload without what routing added to it (a group's chat mode), as Feishu sent it."""
+    return {key: value for key, value in payload.items() if key != HUB_ANNOTATIONS_KEY}
 
 
 @functools.cache

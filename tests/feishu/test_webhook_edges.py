@@ -100,6 +100,24 @@ def test_i30_9_the_same_message_under_the_same_event_id_is_the_usual_dedupe(feis
     assert [r.getMessage() for r in _records(caplog, logging.INFO)].count("feishu duplicate event") == 1
 
 
+def test_i30_9_a_retry_of_a_processed_group_message_is_the_usual_dedupe_not_a_reused_event_id(
+    feishu, make_feishu_bot, caplog
+):
+    # given: a group message, processed (routing annotates its stored payload with the chat's mode)
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+    feishu.post(bot, payload)
+    assert InboundEvent.objects.get().status == "done"
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    # when: Feishu retries it
+    retry = feishu.post(bot, payload)
+    # then
+    assert retry.status_code == 200
+    assert InboundEvent.objects.count() == 1
+    assert _records(caplog, logging.WARNING) == []
+
+
 def test_i30_9_a_replay_under_a_new_event_id_stays_the_usual_dedupe(feishu, make_feishu_bot, caplog):
     bot = make_feishu_bot()
     payload = _dm(bot, app_id=bot.feishu_app_id, message_id="om_replay", text="hello", event_id="ev_r1")
