@@ -34,7 +34,7 @@ BOT_CACHE_SECONDS = 5.0
 
 def inbound_event_store(
     *, bot: Bot, event_id: str, message_id: str, event_type: str, payload: dict[str, Any]
-) -> tuple[InboundEvent, bool]:
+) -> tuple[InboundEvent | None, bool]:
     """Store one event, deduplicated on (bot, message_id) by the DB constraint; enqueue it after commit.
 
     Feishu retries at 15 s / 5 min / 1 h / 6 h and replays under new event_ids: every copy after the
@@ -80,7 +80,7 @@ _STORE_FIELDS = tuple(
 )
 
 
-def _duplicate_found(*, bot: Bot, event_id: str, message_id: str, payload: dict[str, Any]) -> InboundEvent:
+def _duplicate_found(*, bot: Bot, event_id: str, message_id: str, payload: dict[str, Any]) -> InboundEvent | None:
     """The row that made the INSERT a no-op: the same message (Feishu's retry or replay: the usual dedupe), or
     another message already stored under this event_id (a reused event_id: ignored, one warning)."""
     existing = InboundEvent.objects.filter(bot=bot, message_id=message_id).first()
@@ -98,7 +98,13 @@ def _duplicate_found(*, bot: Bot, event_id: str, message_id: str, payload: dict[
     first = existing or InboundEvent.objects.filter(bot=bot, event_id=event_id).order_by("pk").first()
     logger.warning(
         "feishu event ignored: its event_id was seen with different content",
-        extra={"bot": bot.slug, "event_id": event_id, "message_id": message_id, "first_message_id": first.message_id},
+        extra={
+            "bot": bot.slug,
+            "event_id": event_id,
+            "message_id": message_id,
+            # None only when the retention prune removed the first row in between: still ignored, never stored
+            "first_message_id": first.message_id if first is not None else None,
+        },
     )
     return first
 
