@@ -19,7 +19,8 @@ def turn_hand_back(*, turn_id: int) -> bool:
     delivery uuids, so nothing is sent twice). The claim is cleared either way, so the sweeper no longer waits
     for a stale claim: if the enqueue fails it picks the turn up on its next pass.
     """
-    connection.close()  # the signal may have interrupted a query half-way: start on a fresh connection
+    if not connection.in_atomic_block:  # the task's own blocks have exited; a caller's transaction is left alone
+        connection.close()  # the signal may have interrupted a query half-way: start on a fresh connection
     Turn.objects.filter(pk=turn_id, status=Turn.Status.RUNNING, reply_message__isnull=True).update(
         status=Turn.Status.QUEUED, claimed_at=None, attempts=F("attempts") - 1
     )
