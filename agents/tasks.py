@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from agents.models import Automation
+from core import worker_stop
 
 # Above the ledger's caps (model attempts + delivery attempts), which are the real bound.
 TURN_TASK_MAX_RETRIES = 16
@@ -35,27 +36,34 @@ def database_retry_countdown(*, database_retries: int) -> float | None:
 def turn_run_task(self, turn_id: int, database_retries: int = 0) -> str:
     """Run turn `turn_id` through its lifecycle; the outcome ("delivered", "failed", ...).
 
-    `database_retries` counts the retries a database error caused so far (the retry carries it on)."""
+    `database_retries` counts the retries a database error caused so far (the retry carries it on). A worker
+    stopped mid-turn (SIGTERM) hands the turn back at once and acknowledges this task (core.worker_stop)."""
     from agents.services.turns import TurnRetryLater, turn_run
+    from agents.services.turns.handback import turn_hand_back
 
-    while True:
-        try:
-            return turn_run(turn_id=turn_id)
-        except TurnRetryLater as exc:
-            if self.request.is_eager:
-                continue  # no broker to schedule a retry on; the ledger's caps end the loop
-            # A delivery's retry skips the turns queue: the reply it carries is ready (settings.CELERY_TASK_ROUTES).
-            queue = {"queue": settings.QUEUE_DELIVERIES} if exc.is_delivery else {}
-            raise self.retry(exc=exc, countdown=exc.countdown_seconds, **queue) from exc
-        except (OperationalError, InterfaceError) as exc:
-            countdown = database_retry_countdown(database_retries=database_retries)
-            if countdown is None:
-                raise  # the sweeper re-runs the turn once its claim is stale
-            database_retries += 1
-            if self.request.is_eager:
-                continue  # no broker: try again at once, as above; the countdowns still bound it
-            retry_kwargs = {"turn_id": turn_id, "database_retries": database_retries}
-            raise self.retry(exc=exc, countdown=countdown, args=(), kwargs=retry_kwargs) from exc
+    try:
+        with worker_stop.turn_running(turn_id=turn_id):
+            while True:
+                try:
+                    return turn_run(turn_id=turn_id)
+                except TurnRetryLater as exc:
+                    if self.request.is_eager:
+                        continue  # no broker to schedule a retry on; the ledger's caps end the loop
+                    # A delivery's retry skips the turns queue (CELERY_TASK_ROUTES): its reply is ready.
+                    queue = {"queue": settings.QUEUE_DELIVERIES} if exc.is_delivery else {}
+                    raise self.retry(exc=exc, countdown=exc.countdown_seconds, **queue) from exc
+                except (OperationalError, InterfaceError) as exc:
+                    countdown = database_retry_countdown(database_retries=database_retries)
+                    if countdown is None:
+                        raise  # the sweeper re-runs the turn once its claim is stale
+                    database_retries += 1
+                    if self.request.is_eager:
+                        continue  # no broker: try again at once, as above; the countdowns still bound it
+                    retry_kwargs = {"turn_id": turn_id, "database_retries": database_retries}
+                    raise self.retry(exc=exc, countdown=countdown, args=(), kwargs=retry_kwargs) from exc
+    except worker_stop.WorkerStopping:
+        turn_hand_back(turn_id=turn_id)
+        return "handed back"
 
 
 @shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=TURN_TASK_MAX_RETRIES)

@@ -37,6 +37,8 @@ class InboundEvent(models.Model):
             # Issue 11: the sweeper's look for claims left by a killed worker (every 30 s) walked the whole table.
             models.Index(fields=["claimed_at"], condition=Q(status="processing"), name="inboundevent_processing"),
             models.Index(fields=["received_at"], name="inboundevent_received"),  # the daily retention prune
+            # issue 30 (9): the store refuses a second message under an event_id it has seen
+            models.Index(fields=["bot", "event_id"], name="inboundevent_bot_event"),
         ]
 
     def __str__(self) -> str:

@@ -78,9 +78,10 @@ class CeleryWorkerProcess:
         }
         self.log_path = Path(tempfile.mkstemp(prefix="celery-worker-", suffix=".log")[1])
         self.process: subprocess.Popen | None = None
+        self.pool_args = ["--pool=solo"]  # a test of the prefork pool's children sets the Procfile's own
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "celery", "-A", "amuxweb", "worker", "--pool=solo", "--loglevel=INFO"]
+        command = [sys.executable, "-m", "celery", "-A", "amuxweb", "worker", *self.pool_args, "--loglevel=INFO"]
         command += [
             "--without-gossip",
             "--without-mingle",

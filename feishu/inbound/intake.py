@@ -17,6 +17,7 @@ from agents.models import Bot
 from core.columns import column_name, concrete_field
 from core.tasks_enqueue import task_enqueue
 from core.tasks_relay import task_relay
+from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY
 from feishu.models import InboundEvent
 from feishu.tasks import inbound_event_process as inbound_event_process_task
 
@@ -33,11 +34,13 @@ BOT_CACHE_SECONDS = 5.0
 
 def inbound_event_store(
     *, bot: Bot, event_id: str, message_id: str, event_type: str, payload: dict[str, Any]
-) -> tuple[InboundEvent, bool]:
+) -> tuple[InboundEvent | None, bool]:
     """Store one event, deduplicated on (bot, message_id) by the DB constraint; enqueue it after commit.
 
     Feishu retries at 15 s / 5 min / 1 h / 6 h and replays under new event_ids: every copy after the
-    first finds the row and is acknowledged without a second processing (F2).
+    first finds the row and is acknowledged without a second processing (F2). An event_id names one event: a
+    second message under an event_id already stored is not Feishu's (issue 30, 9), so the same INSERT refuses it
+    (NOT EXISTS on (bot, event_id)); it is acknowledged, stored nowhere and logged once.
 
     One statement, `INSERT ... ON CONFLICT DO NOTHING RETURNING id` (issue 11): a duplicate is no error, so no
     savepoint is needed inside a caller's transaction, and the webhook's autocommitted INSERT is durable before
@@ -57,20 +60,10 @@ def inbound_event_store(
     }
     params = [field.get_db_prep_save(values[field.attname], connection) for field in _STORE_FIELDS]
     with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(), params)
+        cursor.execute(_insert_sql(), [*params, bot.pk, event_id])
         inserted = cursor.fetchone()
     if inserted is None:
-        existing = InboundEvent.objects.get(bot=bot, message_id=message_id)
-        logger.info(
-            "feishu duplicate event",
-            extra={
-                "bot": bot.slug,
-                "message_id": message_id,
-                "event_id": event_id,
-                "first_event_id": existing.event_id,
-            },
-        )
-        return existing, False
+        return _duplicate_found(bot=bot, event_id=event_id, message_id=message_id, payload=payload), False
     event = InboundEvent(pk=inserted[0], **values)
     event.bot = bot
     event._state.adding, event._state.db = False, connection.alias  # as the ORM leaves a saved instance
@@ -87,15 +80,55 @@ _STORE_FIELDS = tuple(
 )
 
 
+def _duplicate_found(*, bot: Bot, event_id: str, message_id: str, payload: dict[str, Any]) -> InboundEvent | None:
+    """The row that made the INSERT a no-op: the same message (Feishu's retry or replay: the usual dedupe), or
+    another message already stored under this event_id (a reused event_id: ignored, one warning)."""
+    existing = InboundEvent.objects.filter(bot=bot, message_id=message_id).first()
+    if existing is not None and (existing.event_id != event_id or _as_received(existing.payload) == payload):
+        logger.info(
+            "feishu duplicate event",
+            extra={
+                "bot": bot.slug,
+                "message_id": message_id,
+                "event_id": event_id,
+                "first_event_id": existing.event_id,
+            },
+        )
+        return existing
+    first = existing or InboundEvent.objects.filter(bot=bot, event_id=event_id).order_by("pk").first()
+    logger.warning(
+        "feishu event ignored: its event_id was seen with different content",
+        extra={
+            "bot": bot.slug,
+            "event_id": event_id,
+            "message_id": message_id,
+            # None only when the retention prune removed the first row in between: still ignored, never stored
+            "first_message_id": first.message_id if first is not None else None,
+        },
+    )
+    return first
+
+
+def _as_received(payload: dict[str, Any]) -> dict[str, Any]:
+    """A stored payload without what routing added to it (a group's chat mode), as Feishu sent it."""
+    return {key: value for key, value in payload.items() if key != HUB_ANNOTATIONS_KEY}
+
+
 @functools.cache
 def _insert_sql() -> str:
-    """The store's INSERT; PostgreSQL and SQLite (>= 3.35) share its syntax and double-quoted names."""
+    """The store's INSERT; PostgreSQL and SQLite (>= 3.35) share its syntax and double-quoted names.
+
+    INSERT ... SELECT so that one statement also refuses an event_id already stored for the bot; the WHERE also
+    lets SQLite parse the ON CONFLICT after a SELECT."""
     meta = InboundEvent._meta
+    table = meta.db_table
     columns = ", ".join(f'"{field.column}"' for field in _STORE_FIELDS)
     placeholders = ", ".join(["%s"] * len(_STORE_FIELDS))
     unique = ", ".join(f'"{column_name(concrete_field(InboundEvent, name))}"' for name in ("bot", "message_id"))
+    bot_column, event_column = (column_name(concrete_field(InboundEvent, name)) for name in ("bot", "event_id"))
     return (
-        f'INSERT INTO "{meta.db_table}" ({columns}) VALUES ({placeholders})'
+        f'INSERT INTO "{table}" ({columns}) SELECT {placeholders}'
+        f' WHERE NOT EXISTS (SELECT 1 FROM "{table}" WHERE "{bot_column}" = %s AND "{event_column}" = %s)'
         f' ON CONFLICT ({unique}) DO NOTHING RETURNING "{meta.pk.column}"'
     )
 

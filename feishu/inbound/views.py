@@ -14,6 +14,11 @@ from feishu.inbound import webhook as feishu_webhook
 
 logger = logging.getLogger(__name__)
 
+# One answer for every slug without a Feishu webhook; the slug is not echoed.
+NO_WEBHOOK = {"message": "There is no Feishu webhook at this address.", "extra": {}}
+# A slug comes from the URL, any length: the log keeps this much of it.
+LOGGED_SLUG_CHARS = 64
+
 
 @csrf_exempt
 @require_POST
@@ -22,15 +27,12 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         bot = feishu_webhook.webhook_bot_get(slug=bot_slug)
     except DatabaseError:
         # The database is away (a restart, a failover): nothing was read or stored, and Feishu retries a non-200.
-        logger.warning("feishu webhook: the bot could not be read", extra={"bot": bot_slug})
+        logger.warning("feishu webhook: the bot could not be read", extra={"bot": bot_slug[:LOGGED_SLUG_CHARS]})
         return JsonResponse({"message": "Temporarily unavailable.", "extra": {}}, status=503)
-    if bot is None:
-        return JsonResponse({"message": "Unknown bot.", "extra": {"bot": bot_slug}}, status=404)
-    if not bot.feishu_verification_token:
-        # Without a verification token lark-oapi would accept unauthenticated events: no Feishu app, no webhook.
-        return JsonResponse(
-            {"message": "This bot has no Feishu app configured.", "extra": {"bot": bot_slug}}, status=404
-        )
+    if bot is None or not bot.feishu_verification_token:
+        # Unknown, disabled and REST-only bots (without a verification token lark-oapi would accept unauthenticated
+        # events) answer alike, so the webhook tells no one which slugs exist (issue 30, 9).
+        return _no_webhook(bot_slug)
 
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -66,6 +68,15 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
             logger.exception("feishu event could not be stored", extra={"bot": bot.slug})
             return JsonResponse({"message": "Temporarily unavailable.", "extra": {}}, status=503)
     return JsonResponse(outcome.body, status=outcome.status_code)
+
+
+def _no_webhook(bot_slug: str) -> HttpResponse:
+    """The one 404 of the webhook, logged once with the slug cut (Django's own "Not Found: <path>" line would
+    carry a URL of any length)."""
+    response = JsonResponse(NO_WEBHOOK, status=404)
+    response._has_been_logged = True  # type: ignore[attr-defined]  # django.utils.log.log_response's own marker
+    logger.warning("feishu webhook: no Feishu webhook for this slug", extra={"bot": bot_slug[:LOGGED_SLUG_CHARS]})
+    return response
 
 
 @require_GET

@@ -295,7 +295,7 @@ def webhook_handle(
         if captured is None:
             return WebhookOutcome(200, {"msg": "ignored"})
         event = captured_event_prepare(bot=bot, data=captured)
-        if event is None:
+        if event is None or not event_app_matches(bot=bot, event=event):
             return WebhookOutcome(200, {"msg": "ignored"})
         return WebhookOutcome(200, {"msg": "success"}, event=event)
 
@@ -310,6 +310,23 @@ def webhook_handle(
         extra={"bot": bot.slug, "reason": outcome.body["extra"]["reason"], "detail": storable_json(reason[:200])},
     )
     return outcome
+
+
+def event_app_matches(*, bot: Bot, event: dict[str, Any]) -> bool:
+    """Whether the event names the bot's own Feishu app (issue 30, 9); a mismatch is logged once.
+
+    Signed with this bot's keys but carrying another app's id (keys shared or leaked between apps, or a replay
+    into the wrong bot): acknowledged with 200 so Feishu does not retry, never stored or answered. A bot without an
+    app id (the demo's locally provisioned webhook credentials, feishu.simulate) has nothing to compare against.
+    """
+    app_id = event["header"].get("app_id") or ""
+    if not bot.feishu_app_id or app_id == bot.feishu_app_id:
+        return True
+    logger.warning(
+        "feishu event ignored: its app_id is not the bot's",
+        extra={"bot": bot.slug, "event_app_id": storable_json(app_id[:FEISHU_ID_MAX_CHARS])},
+    )
+    return False
 
 
 def captured_event_prepare(*, bot: Bot, data: CustomizedEvent) -> dict[str, Any] | None:

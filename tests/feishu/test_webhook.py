@@ -279,7 +279,7 @@ def test_f1_bot_without_a_feishu_app_has_no_webhook(feishu, make_feishu_bot):
     response = feishu.post(bot, payload, encrypt=False)
 
     assert response.status_code == 404
-    assert response.json()["message"] == "This bot has no Feishu app configured."
+    assert response.json() == {"message": "There is no Feishu webhook at this address.", "extra": {}}
     assert InboundEvent.objects.count() == 0
 
 

@@ -71,6 +71,7 @@ class Tally:
         self.requests = self.server_errors = self.accepted = 0
         self.rows_from_rejected = 0
         self.accepted_message_ids: set[str] = set()
+        self.accepted_event_ids: set[str] = set()  # issue 30 (9): a second message under one is ignored
 
     def post(self, client, bot, *, plaintext: str, encrypt: bool = True, drop_headers=(), expect_row: bool = False):
         before = InboundEvent.objects.count()
@@ -130,12 +131,16 @@ def test_fuzz_event_shapes_never_5xx_and_store_each_accepted_message_exactly_onc
         text = ascii_json(payload)
         message_id = payload["event"]["message"]["message_id"]
         stored_id = storable_text(message_id) if isinstance(message_id, str) else None
-        seen_before = stored_id in tally.accepted_message_ids  # hypothesis may draw the same id twice: a dedupe
+        event_id = payload["header"]["event_id"]
+        stored_event_id = storable_text(event_id) if isinstance(event_id, str) else None
+        # hypothesis may draw the same id twice: a dedupe, or an event_id reused by another message (ignored)
+        seen_before = stored_id in tally.accepted_message_ids or stored_event_id in tally.accepted_event_ids
         response, added = tally.post(client, bot, plaintext=text)
         assert response.status_code == 200  # signed: Feishu's 200, stored or ignored, never a retry
         if response.json() == {"msg": "success"}:
             assert added == (0 if seen_before else 1)
             tally.accepted_message_ids.add(stored_id)
+            tally.accepted_event_ids.add(stored_event_id)
             retry, retry_added = tally.post(client, bot, plaintext=text)  # Feishu's retry of the same event
             assert (retry.status_code, retry_added) == (200, 0)
         else:
