@@ -298,6 +298,9 @@ def test_g5_an_at_all_never_triggers_a_turn_by_default(feishu, group_bot):
 
     workspace_cache_forget(bot_profile=group_bot.slug, chat_id=PLAIN)
     payload["event"]["message"]["message_id"] = "om_all_2"
+    # A new message is a new event: Feishu never reuses an event_id, and the webhook ignores one reused with other
+    # content (issue 30, finding 9).
+    payload["header"]["event_id"] = "ev_all_2"
     feishu.post(group_bot, payload)
     # then: a mention turn
     assert list(Turn.objects.values_list("trigger", "source_message_id")) == [("mention", "om_all_2")]
