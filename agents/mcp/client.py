@@ -175,10 +175,12 @@ class McpConnection:
         try:
             self._stderr.flush()
             self._stderr.seek(0)
-            text = storable_text(self._stderr.read()[-STDERR_TAIL_CHARS:].strip())
+            # Redacted whole, then cut (issue 30, finding 4): a tail cut first can keep half a secret.
+            text = redacted(storable_text(self._stderr.read()), secrets=self.config.secrets())
         except (OSError, ValueError):
             return ""
-        return f" (server stderr: {redacted(text, secrets=self.config.secrets())})" if text else ""
+        text = text[-STDERR_TAIL_CHARS:].strip()
+        return f" (server stderr: {text})" if text else ""
 
     # --- the owner's side (the loop thread) --------------------------------------------------------------
 

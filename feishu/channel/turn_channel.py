@@ -28,6 +28,7 @@ from typing import TypeVar
 from django.db import transaction
 
 from agents.models import Bot, Message, Turn
+from agents.secrets import hub_secrets, turn_redactions_add
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns import (
     DeliveryPermanent,
@@ -40,16 +41,18 @@ from agents.services.turns import (
     turn_get_or_create,
 )
 from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
-from feishu.outbound import client as feishu_client
+from core.redaction import redact
 from feishu.channel.attachments import turn_attachments_fetch
+from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.inbound.messages import (
     QUOTED_READ_FAILED_TEXT,
     RETIRED_SESSION_TEXT,
     bot_secrets,
     inbound_message_build,
 )
-from feishu.models import InboundEvent, OutboundDelivery
 from feishu.inbound.parsing import ParsedMessage, content_text, message_parse
+from feishu.models import InboundEvent, OutboundDelivery
+from feishu.outbound import client as feishu_client
 from feishu.outbound.delivery import deliveries_prepare, deliveries_send, feishu_notice_send
 from feishu.outbound.replies import (
     CardStreamSink,
@@ -61,7 +64,6 @@ from feishu.outbound.replies import (
     stream_state_get,
     streaming_card_for,
 )
-from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from threadcontext.rendering import prompt_render, request_is_submittable
@@ -211,7 +213,9 @@ class FeishuChannel(TurnChannel):
         message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
         # No secret reaches the prompt, the stored message or the decision, even when someone pastes one (C3).
         secrets = bot_secrets(bot)
-        request_text = secrets_redact(normalise_mentions(parsed.text, message.mentions), secrets)
+        redaction = redact(normalise_mentions(parsed.text, message.mentions), secrets=secrets)
+        turn_redactions_add(turn_id=turn.pk, count=redaction.count)
+        request_text = redaction.text
         quoted_text = self._quoted_text(bot=bot, parsed=parsed, secrets=secrets)
         if isinstance(quoted_text, Skip):
             return quoted_text
@@ -293,7 +297,7 @@ class FeishuChannel(TurnChannel):
         parsed = source_parsed(turn=turn)
         if parsed is None:
             return None
-        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=parsed))
+        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=parsed), secrets=hub_secrets())
 
     def deliver(self, *, turn: Turn, reply: Message) -> None:
         bot = turn.bot

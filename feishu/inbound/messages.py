@@ -8,8 +8,9 @@ from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Bot
-from feishu.models import OutboundDelivery
+from agents.secrets import hub_secrets
 from feishu.inbound.parsing import ParsedMessage, slash_command
+from feishu.models import OutboundDelivery
 from threadcontext.services.collection import InboundMessage, Mention
 
 # Lazy: each is rendered in the bot's own language (Bot.language) when it is sent, by `bot_text`.
@@ -69,5 +70,6 @@ def inbound_message_build(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, 
 
 
 def bot_secrets(bot: Bot) -> tuple[str, ...]:
-    """What the collector redacts from any stored text (C3)."""
-    return bot.feishu_secrets
+    """What the collector redacts from any stored text (C3): every secret the hub holds (issue 30), since a
+    person may paste another bot's key or a provider key as well as this bot's Feishu secrets."""
+    return hub_secrets(extra=bot.feishu_secrets)

@@ -19,11 +19,12 @@ import logging
 from agents.models import Bot, Turn
 from agents.services.turns.channels import StreamSink
 from agents.services.turns.ledger import turn_channel_state_add, turn_channel_state_merge
-from feishu.outbound import client as feishu_client
+from core.redaction import redacted
 from feishu.inbound.messages import bot_text
-from feishu.outbound.streaming import StreamingCard, StreamState
 from feishu.inbound.parsing import ParsedMessage
+from feishu.outbound import client as feishu_client
 from feishu.outbound.delivery import delivery_uuid, plain_replies_send, stream_deliveries_record
+from feishu.outbound.streaming import StreamingCard, StreamState
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +159,10 @@ def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
     )
 
 
+# Longer than any encoding of a secret the redaction knows (a spelled-out 45-character key is about 180).
+STREAM_HOLD_BACK_CHARS = 256
+
+
 def tool_step_line(label: str) -> str:
     return TOOL_STEP_LINE.format(label=" ".join(label.split()))
 
@@ -170,14 +175,20 @@ class CardStreamSink(StreamSink):
     reach the stored reply, thread context or the next turn.
     """
 
-    def __init__(self, *, card: StreamingCard) -> None:
+    def __init__(self, *, card: StreamingCard, secrets: tuple[str, ...] = ()) -> None:
         self.card = card
+        self.secrets = secrets
         self.steps: list[str] = []
         self.draft = ""
 
     def shown(self) -> str:
         lines = "\n".join(tool_step_line(label) for label in self.steps)
-        return f"{lines}\n\n{self.draft}" if lines else self.draft
+        # The draft is redacted like the stored reply (issue 30), and its tail is held back: it may be the start
+        # of a secret whose rest has not arrived yet. `deliver` finishes the card with the whole stored reply.
+        draft = redacted(self.draft, secrets=self.secrets)
+        if self.secrets:
+            draft = draft[: max(len(draft) - STREAM_HOLD_BACK_CHARS, 0)]
+        return f"{lines}\n\n{draft}" if lines else draft
 
     def text(self, delta: str) -> None:
         self.draft += delta

@@ -12,7 +12,7 @@ import pytest
 from agents.llm.base import ChatMessage, CompletionRequest
 from agents.llm.registry import llm_client_for
 from agents.mcp.client import mcp_connections_close_all
-from agents.mcp.output import SECRET_MASK
+from core.redaction import REDACTED as SECRET_MASK
 from agents.models import McpServer, Provider, Thread, Turn, TurnToolCall
 from agents.tools.loop import FINAL_ANSWER_INSTRUCTION, REFUSED_MESSAGE, TOOL_RESULTS_HEADER
 from agents.tools.turns import ToolServerUnavailableError, turn_tools_run

@@ -29,7 +29,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.mcp.client import mcp_connection, mcp_connections_close_all
-from agents.mcp.output import SECRET_MASK
+from core.redaction import REDACTED as SECRET_MASK
 from agents.mcp.services import mcp_server_config
 from agents.models import Bot, McpServer, Message, Thread, Turn, TurnToolCall
 from agents.tools.checks import TOOL_BUDGET_OVER_SOFT_LIMIT, tool_budget_fits_the_soft_limit

@@ -21,6 +21,8 @@ from datetime import datetime
 
 from django.conf import settings
 
+from core.redaction import REDACTED as REDACTED  # noqa: F401  (re-exported, see below)
+from core.redaction import redacted
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.services.event_store import thread_event_insert_once
 from threadcontext.services.retention import thread_context_prune_if_due
@@ -51,7 +53,7 @@ SKIP_NOT_OWNER = "not_owner"
 SKIP_NOT_HUMAN = "not_human"
 SKIP_EMPTY = "empty"
 
-REDACTED = "[redacted]"
+# The one marker (core.redaction), re-exported where the collector's callers and tests have always found it.
 TRUNCATED_KEY = "truncated"
 
 _MENTION_KEY = re.compile(r"(@_user_\d+|@_all)( ?)")
@@ -136,11 +138,9 @@ def normalise_mentions(text: str, mentions: Sequence[Mention]) -> str:
 
 
 def secrets_redact(text: str, secrets: Sequence[str]) -> str:
-    """C3: no app_secret, token or encrypt_key ever reaches a stored item, even when someone pastes it."""
-    for secret in secrets:
-        if secret and len(secret) >= 6:
-            text = text.replace(secret, REDACTED)
-    return text
+    """C3: no secret the caller knows (the hub's, issue 30) reaches a stored item, even when someone pastes it;
+    the one redaction step (core.redaction), encodings included."""
+    return redacted(text, secrets=secrets)
 
 
 def _refusal_reason(*, message: InboundMessage, workspace: Workspace | None) -> str:
