@@ -9,6 +9,7 @@ class AgentsConfig(AppConfig):
 
     def ready(self) -> None:
         from agents.llm.registry import provider_adapters_preload
+        from agents.mcp.isolation import process_environment_hide
         from agents.tools import checks  # noqa: F401 - registers the tool loop's system checks
 
         def preload(**kwargs) -> None:
@@ -16,4 +17,7 @@ class AgentsConfig(AppConfig):
 
         # A Celery worker imports the SDKs of the configured provider kinds as it starts, in the parent before
         # the pool forks, never inside a task, where a soft time limit could interrupt the import.
+        # Every hub process (web, worker, beat) hides its environment from the stdio MCP servers a worker starts
+        # (issue 30): they run as the hub's user and could otherwise read /proc/<hub pid>/environ.
+        process_environment_hide()
         worker_init.connect(preload, weak=False, dispatch_uid="agents_provider_adapters_preload")

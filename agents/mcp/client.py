@@ -29,6 +29,7 @@ from typing import Any
 
 from agents.mcp.config import STDIO, STREAMABLE_HTTP, McpServerConfig
 from agents.mcp.errors import McpCallError, McpConnectError, McpConnectionLostError, McpError, McpTimeoutError
+from agents.mcp.isolation import stdio_environment
 from agents.mcp.output import redacted
 from core.text import storable_text
 
@@ -191,7 +192,9 @@ class McpConnection:
 
         if self.config.transport == STDIO:
             parameters = StdioServerParameters(
-                command=self.config.command, args=list(self.config.args), env=dict(self.config.environment)
+                command=self.config.command,
+                args=list(self.config.args),
+                env=stdio_environment(configured=self.config.environment),
             )
             return stdio_client(parameters, errlog=self._stderr)
         if self.config.transport == STREAMABLE_HTTP:

@@ -19,7 +19,19 @@ SECRET = "env-secret-value-4711"
 HEADER_SECRET = "Bearer header-secret-0815"
 # A loaded CI machine needs seconds just to import the SDK in the server process.
 CONNECT_TIMEOUT_SECONDS = 60.0
-STUB_TOOLS = ["echo", "add", "fail", "hang", "huge", "malformed", "env_value", "header_value", "crash", "counter"]
+STUB_TOOLS = [
+    "echo",
+    "add",
+    "fail",
+    "hang",
+    "huge",
+    "malformed",
+    "env_value",
+    "environment_dump",
+    "header_value",
+    "crash",
+    "counter",
+]
 
 
 def stdio_config(**overrides) -> McpServerConfig:
