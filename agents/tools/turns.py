@@ -37,6 +37,7 @@ from agents.mcp.output import tool_output_text
 from agents.mcp.services import bot_call_timeout_seconds, mcp_server_config, mcp_servers_enabled
 from agents.models import Bot, McpServer, Provider, Turn, TurnToolCall
 from agents.secrets import hub_secrets, turn_redactions_add
+from agents.services.turns.assembly import DEFAULT_CONTEXT_WINDOW_TOKENS
 from agents.tools.loop import LoopTool, ToolCallRecord, ToolLimits, model_call, tool_loop_run
 from core.redaction import RedactionTally, redacted, redacted_json
 from core.text import storable_text
@@ -111,7 +112,7 @@ def tool_limits(*, bot: Bot, servers: Sequence[McpServer]) -> ToolLimits:
     )
 
 
-def mcp_tool_runner(*, config: McpServerConfig, tool: str, tally: RedactionTally):
+def mcp_tool_runner(*, config: McpServerConfig, tool: str, tally: RedactionTally, max_chars: int):
     def run(arguments: dict, timeout_seconds: float) -> tuple[str, bool]:
         # A crashed server's connection is dead: the pool starts the server again for the next call.
         connection = mcp_connection(config=config)
@@ -122,7 +123,7 @@ def mcp_tool_runner(*, config: McpServerConfig, tool: str, tally: RedactionTally
             blocks=result.blocks,
             structured=result.structured,
             secrets=tally.secrets,
-            max_chars=int(settings.AMUX_TOOL_RESULT_MAX_CHARS),
+            max_chars=max_chars,
             tally=tally,
         )
         return text, result.is_error
@@ -131,9 +132,14 @@ def mcp_tool_runner(*, config: McpServerConfig, tool: str, tally: RedactionTally
 
 
 def loop_tools(
-    *, servers: Sequence[McpServer], tally: RedactionTally, failures: list[tuple[McpServer, str]]
+    *, servers: Sequence[McpServer], tally: RedactionTally, failures: list[tuple[McpServer, str]], window: int = 0
 ) -> list[LoopTool]:
-    """The allowed tools of every reachable server; each unreachable one is appended to `failures`."""
+    """The allowed tools of every reachable server; each unreachable one is appended to `failures`.
+
+    One tool answer takes at most the hub's cap, and never more than an eighth of the model's window `window`
+    (issue 30, finding 6; a character is at most one token, see assembly).
+    """
+    max_chars = min(int(settings.AMUX_TOOL_RESULT_MAX_CHARS), (window or DEFAULT_CONTEXT_WINDOW_TOKENS) // 8)
     tools: list[LoopTool] = []
     for server in servers:
         allowed = {str(name) for name in server.allowed_tools or ()}
@@ -158,7 +164,7 @@ def loop_tools(
                     spec=spec,
                     server=server.name,
                     tool=tool.name,
-                    run=mcp_tool_runner(config=config, tool=tool.name, tally=tally),
+                    run=mcp_tool_runner(config=config, tool=tool.name, tally=tally, max_chars=max_chars),
                 )
             )
     return tools
@@ -232,7 +238,7 @@ def turn_tools_run(
     )
     secrets = tally.secrets
     failures: list[tuple[McpServer, str]] = []
-    tools = loop_tools(servers=servers, tally=tally, failures=failures)
+    tools = loop_tools(servers=servers, tally=tally, failures=failures, window=bot.primary_model.context_window)
     for position, (server, message) in enumerate(failures):
         turn_tool_call_record(
             turn=turn,

@@ -40,6 +40,7 @@ from agents.services.turns import (
     TurnChannel,
     turn_get_or_create,
 )
+from agents.services.turns.assembly import DEFAULT_CONTEXT_WINDOW_TOKENS, text_within_tokens
 from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
 from core.redaction import redact
 from feishu.channel.attachments import turn_attachments_fetch
@@ -215,10 +216,14 @@ class FeishuChannel(TurnChannel):
         secrets = bot_secrets(bot)
         redaction = redact(normalise_mentions(parsed.text, message.mentions), secrets=secrets)
         turn_redactions_add(turn_id=turn.pk, count=redaction.count)
-        request_text = redaction.text
+        # Each part within its share of the window (issue 30, finding 6); assembly fits the whole prompt.
+        window = bot.primary_model.context_window or DEFAULT_CONTEXT_WINDOW_TOKENS
+        request_text = text_within_tokens(redaction.text, max_tokens=window // 2, what="the message")
         quoted_text = self._quoted_text(bot=bot, parsed=parsed, secrets=secrets)
         if isinstance(quoted_text, Skip):
             return quoted_text
+        if quoted_text:
+            quoted_text = text_within_tokens(quoted_text, max_tokens=window // 4, what="the quoted message")
         if parsed.is_direct:  # DMs never get workspace thread context (C3): no selection, no decision
             if not request_is_submittable(request_text=request_text, topic_root_due=False, quoted_text=quoted_text):
                 return Skip(reason="Empty request.")

@@ -13,7 +13,7 @@ from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
 from feishu.inbound.signing import message_event_payload
 from tests.feishu.conftest import bot_open_id, fixture_payload
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadEvent, Workspace
-from threadcontext.services.collection import REDACTED
+from core.redaction import REDACTED
 
 pytestmark = pytest.mark.django_db
 

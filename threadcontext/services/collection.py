@@ -21,7 +21,6 @@ from datetime import datetime
 
 from django.conf import settings
 
-from core.redaction import REDACTED as REDACTED  # noqa: F401  (re-exported, see below)
 from core.redaction import redacted
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.services.event_store import thread_event_insert_once
@@ -53,7 +52,6 @@ SKIP_NOT_OWNER = "not_owner"
 SKIP_NOT_HUMAN = "not_human"
 SKIP_EMPTY = "empty"
 
-# The one marker (core.redaction), re-exported where the collector's callers and tests have always found it.
 TRUNCATED_KEY = "truncated"
 
 _MENTION_KEY = re.compile(r"(@_user_\d+|@_all)( ?)")
@@ -132,9 +130,18 @@ def normalise_mentions(text: str, mentions: Sequence[Mention]) -> str:
             return "@user" + space
         if mention.is_this_bot:
             return ""
-        return f"@{mention.name or mention.open_id or 'user'}" + space
+        return f"@{mention_name_capped(mention.name or mention.open_id or 'user')}" + space
 
     return _MENTION_KEY.sub(replace, text).strip()
+
+
+# Issue 30, finding 6: a 200-character display name times 14,000 placeholders made a 2.8-million-character
+# prompt. Feishu's own names are far shorter; a longer one is cut (with an ellipsis) where it is written out.
+MAX_MENTION_NAME_CHARS = 64
+
+
+def mention_name_capped(name: str) -> str:
+    return name if len(name) <= MAX_MENTION_NAME_CHARS else name[: MAX_MENTION_NAME_CHARS - 1] + "…"
 
 
 def secrets_redact(text: str, secrets: Sequence[str]) -> str:
