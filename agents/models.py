@@ -300,7 +300,7 @@ class Turn(models.Model):
     retry_history = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
     redaction_count = models.PositiveIntegerField(
-        default=0, help_text="Secrets masked in this turn's input, tool output, reply and errors (issue 30)."
+        default=0, help_text="Secrets masked in this turn's input, tool output, reply and errors."
     )
     queued_at = models.DateTimeField(auto_now_add=True)
     # When turn_run_task was last handed to the broker (on creation or by the sweeper); null when never, or when

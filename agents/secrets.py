@@ -8,6 +8,7 @@ environment and header values.
 """
 
 import json
+import time
 from collections.abc import Iterable, Iterator
 from urllib.parse import unquote, urlsplit
 
@@ -59,9 +60,25 @@ def _stored_secrets() -> Iterator[str]:
         yield from _json_values(headers)
 
 
+# The stored secrets are read at most this often per process (three queries; a turn redacts at several
+# boundaries and routing at every event). Kept in this process's memory only, never in a shared cache. A secret
+# saved in another process is known here within this many seconds; one saved here at once (hub_secrets_forget).
+HUB_SECRETS_TTL_SECONDS = 10.0
+_cached: dict[str, tuple[float, tuple[str, ...]]] = {}
+
+
+def hub_secrets_forget() -> None:
+    _cached.clear()
+
+
 def hub_secrets(*, extra: Iterable[str] = ()) -> tuple[str, ...]:
-    """Every secret worth redacting (long enough to be unambiguous), longest first; three small queries."""
-    return redaction_secrets([*_settings_secrets(), *_stored_secrets(), *extra])
+    """Every secret worth redacting (long enough to be unambiguous), longest first."""
+    now = time.monotonic()
+    read_at, stored = _cached.get("stored", (0.0, ()))
+    if not read_at or now - read_at > HUB_SECRETS_TTL_SECONDS:
+        stored = tuple(_stored_secrets())
+        _cached["stored"] = (now, stored)
+    return redaction_secrets([*_settings_secrets(), *stored, *extra])
 
 
 def hub_redaction_tally() -> RedactionTally:

@@ -4,15 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agents', '0013_bot_is_sandbox'),
+        ("agents", "0013_bot_is_sandbox"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='turn',
-            name='redaction_count',
-            field=models.PositiveIntegerField(default=0, help_text="Secrets masked in this turn's input, tool output, reply and errors (issue 30)."),
+            model_name="turn",
+            name="redaction_count",
+            field=models.PositiveIntegerField(
+                default=0, help_text="Secrets masked in this turn's input, tool output, reply and errors."
+            ),
         ),
     ]

@@ -223,7 +223,7 @@ class FeishuChannel(TurnChannel):
         if isinstance(quoted_text, Skip):
             return quoted_text
         if quoted_text:
-            quoted_text = text_within_tokens(quoted_text, max_tokens=window // 4, what="the quoted message")
+            quoted_text = text_within_tokens(quoted_text, max_tokens=window // 2, what="the quoted message")
         if parsed.is_direct:  # DMs never get workspace thread context (C3): no selection, no decision
             if not request_is_submittable(request_text=request_text, topic_root_due=False, quoted_text=quoted_text):
                 return Skip(reason="Empty request.")

@@ -10,6 +10,8 @@ from agents.mcp.client import McpConnection, mcp_connections_close_all
 from agents.mcp.config import STDIO, McpServerConfig
 from agents.mcp.errors import McpConnectError
 from agents.mcp.isolation import process_is_dumpable
+from agents.models import McpServer
+from tests.agents.factories import BotFactory
 from tests.stubs.mcp_server import stdio_command
 
 SERVER_SECRET = "env-secret-value-4711"
@@ -83,3 +85,19 @@ def test_issue30_finding4_a_stderr_tail_is_redacted_before_it_is_cut():
     assert [piece for piece in pieces if piece in message] == []
     assert "(server stderr: " in message
     assert message.endswith("e" * 50 + ")")
+
+
+@pytest.mark.django_db
+def test_issue30_the_admin_warns_on_a_stdio_server_when_debug_is_off(admin_client, settings):
+    # given: production settings, one stdio and one HTTP server
+    settings.DEBUG = False
+    bot = BotFactory()
+    stdio = McpServer.objects.create(bot=bot, name="local", transport="stdio", command="true")
+    http = McpServer.objects.create(bot=bot, name="remote", transport="streamable_http", url="https://mcp.example/")
+    # when
+    pages = [admin_client.get(f"/admin/agents/mcpserver/{server.pk}/change/") for server in (stdio, http)]
+    added = admin_client.get("/admin/agents/mcpserver/add/")
+    # then: the warning on the stdio server and the add form, not on the HTTP server
+    warning = "runs its command on this host as the hub&#x27;s user"
+    assert [page.status_code for page in pages] == [200, 200]
+    assert [warning in page.content.decode() for page in (*pages, added)] == [True, False, True]
