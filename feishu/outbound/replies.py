@@ -159,10 +159,6 @@ def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
     )
 
 
-# Longer than any encoding of a secret the redaction knows (a spelled-out 45-character key is about 180).
-STREAM_HOLD_BACK_CHARS = 256
-
-
 def tool_step_line(label: str) -> str:
     return TOOL_STEP_LINE.format(label=" ".join(label.split()))
 
@@ -183,11 +179,11 @@ class CardStreamSink(StreamSink):
 
     def shown(self) -> str:
         lines = "\n".join(tool_step_line(label) for label in self.steps)
-        # The draft is redacted like the stored reply (issue 30), and its tail is held back: it may be the start
-        # of a secret whose rest has not arrived yet. `deliver` finishes the card with the whole stored reply.
+        # The draft is redacted like the stored reply (issue 30), and its last word is held back until a space
+        # ends it: it may be the start of a secret whose rest has not arrived. `deliver` shows the whole reply.
         draft = redacted(self.draft, secrets=self.secrets)
-        if self.secrets:
-            draft = draft[: max(len(draft) - STREAM_HOLD_BACK_CHARS, 0)]
+        if self.secrets and draft and not draft[-1].isspace():
+            draft = draft[: len(draft) - len(draft.split()[-1])]
         return f"{lines}\n\n{draft}" if lines else draft
 
     def text(self, delta: str) -> None:
