@@ -170,3 +170,24 @@ def test_issue30_finding6_a_flood_of_mentions_stays_within_the_models_window(fei
     assert "@" + "N" * 63 + "…" in messages[-1]["content"]
     assert "[cut: the message had " in messages[-1]["content"]
     assert Turn.objects.get().status == Turn.Status.DELIVERED
+
+
+def test_issue30_finding3_a_secret_pasted_over_rest_is_redacted_before_it_is_stored_or_sent(
+    leaky_bot, llm_stub, django_capture_on_commit_callbacks
+):
+    # given: the bot's owner over REST, and a model that answers plainly
+    bot, owner, planted = leaky_bot
+    rest = token_client(owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        thread = rest.post("/api/v1/threads/", {"bot": bot.slug, "runtime_mode": "chat"}, format="json").json()
+    pasted = f"keys: {planted['provider api key']} {planted['mcp env value'][::-1]} {planted['django SECRET_KEY']}"
+    # when
+    with django_capture_on_commit_callbacks(execute=True):
+        posted = rest.post(f"/api/v1/threads/{thread['id']}/messages/", {"content": pasted}, format="json")
+    history = rest.get(f"/api/v1/threads/{thread['id']}/history/")
+    # then: the stored message, /history/ and the prompt hold "[redacted]" three times, no planted value
+    assert (posted.status_code, history.status_code) == (202, 200)
+    haystacks = [history.content.decode(), *(json.dumps(request.json) for request in llm_stub.requests)]
+    haystacks += [f"{where}={value}" for where, value in text_column_values()]
+    assert found_in(haystacks, planted) == {}
+    assert llm_stub.requests[-1].json["messages"][-1]["content"] == "keys: [redacted] [redacted] [redacted]"
