@@ -7,18 +7,6 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
-from feishu.outbound import client as feishu_client
-from feishu.inbound.messages import (
-    HELP_TEXT,
-    NEW_SESSION_TEXT,
-    bot_secrets,
-    payload_secrets_redacted,
-    inbound_message_build,
-    message_is_own_echo,
-)
-from feishu.models import InboundEvent
-from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
-from feishu.outbound.delivery import feishu_notice_send, message_is_bot_output
 from feishu.inbound.intake import (
     EventFinish,
     bot_cache_forget,
@@ -26,6 +14,18 @@ from feishu.inbound.intake import (
     inbound_event_finish,
     inbound_event_release_for_retry,
 )
+from feishu.inbound.messages import (
+    HELP_TEXT,
+    NEW_SESSION_TEXT,
+    bot_secrets,
+    inbound_message_build,
+    message_is_own_echo,
+    payload_secrets_redacted,
+)
+from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
+from feishu.models import InboundEvent
+from feishu.outbound import client as feishu_client
+from feishu.outbound.delivery import feishu_notice_send, message_is_bot_output
 
 logger = logging.getLogger(__name__)
 

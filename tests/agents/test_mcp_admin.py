@@ -116,9 +116,7 @@ def test_m1_test_connects_lists_the_tools_and_stores_the_result(admin_client):
     page = response.content.decode()
     # (the page also warns, as every stdio server's page does when DEBUG is off: issue 30)
     shown = [str(message) for message in response.context["messages"] if str(message) != str(STDIO_WARNING)]
-    assert shown[-1:] == [
-        "files: connected; tools: " + ", ".join(tool["name"] for tool in server.last_test_tools)
-    ]
+    assert shown[-1:] == ["files: connected; tools: " + ", ".join(tool["name"] for tool in server.last_test_tools)]
     assert "<code>echo</code> (allowed) Echo the text back." in page
     assert ENV_SECRET not in page
 
