@@ -81,6 +81,8 @@ MODEL_STRINGS = frozenset(
         gettext_noop("sweeps"),
         gettext_noop("replied at"),
         gettext_noop("delivery attempts"),
+        gettext_noop("redaction count"),
+        gettext_noop("Secrets masked in this turn's input, tool output, reply and errors."),
         gettext_noop("channel state"),
         gettext_noop("schedule"),
         gettext_noop("periodic task"),

@@ -40,13 +40,16 @@ def _fresh_process_cache():
     the next (SQLite hands a rolled-back row's pk out again)."""
     from django.core.cache import cache
 
+    from agents.secrets import hub_secrets_forget
     from feishu.inbound import intake
 
     cache.clear()
     intake._bots.clear()
+    hub_secrets_forget()
     yield
     cache.clear()
     intake._bots.clear()
+    hub_secrets_forget()
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ JSON object of strings. "Test" on the server's page connects afresh, lists the t
 import json
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -93,6 +94,13 @@ class McpServerForm(SecretFieldsForm):
         return cleaned
 
 
+STDIO_WARNING = _(
+    "A stdio server runs its command on this host as the hub's user: it can read the hub's files and reach what "
+    "the hub can. Only add code you trust as the hub's own, or isolate it (a separate user, a container, or a "
+    "streamable HTTP server); see docs/tools.md."
+)
+
+
 @admin.register(McpServer)
 class McpServerAdmin(WriteOnlySecretsAdmin):
     form = McpServerForm
@@ -117,6 +125,21 @@ class McpServerAdmin(WriteOnlySecretsAdmin):
         (_("Last test"), {"fields": ["test_state", "last_test_at", "last_test_error", "tools_view"]}),
     ]
     actions = ["test_selected"]
+
+    def stdio_warn(self, request: HttpRequest, *, is_stdio: bool) -> None:
+        # Issue 30: in production a stdio server is code running on the hub's host as the hub's user.
+        if request.method == "GET" and is_stdio and not settings.DEBUG:
+            self.message_user(request, STDIO_WARNING, messages.WARNING)
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context=None):
+        self.stdio_warn(request, is_stdio=True)
+        return super().add_view(request, form_url, extra_context)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None):
+        stdio = McpServer.objects.filter(pk=object_id, transport=McpServer.Transport.STDIO)
+        is_stdio = object_id.isdigit() and stdio.exists()
+        self.stdio_warn(request, is_stdio=is_stdio)
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def get_urls(self):
         test = path("<int:object_id>/test/", self.admin_site.admin_view(self.test_view), name="agents_mcpserver_test")

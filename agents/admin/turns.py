@@ -54,6 +54,7 @@ class TurnAdmin(AuditAdmin):
         "error",
         "attempts",
         "delivery_attempts",
+        "redaction_count",
         "queued_at",
         "started_at",
         "replied_at",

@@ -43,6 +43,7 @@ class TurnOutputSerializer(serializers.ModelSerializer):
             "status",
             "error",
             "attempts",
+            "redaction_count",
             "user_message",
             "reply",
             "usage",

@@ -26,8 +26,12 @@ from agents.llm.base import (
     RateLimitedError,
     TransientError,
 )
+from core.redaction import redacted
 
 MAX_ERROR_MESSAGE_CHARS = 500
+# A provider's error text is kept this long until its secret is redacted; only then is it cut to
+# MAX_ERROR_MESSAGE_CHARS (issue 30, finding 4: a key near the cut survived in part).
+MAX_RAW_ERROR_MESSAGE_CHARS = 20_000
 # The openai SDK sends through httpx; anthropic and google-genai through httpx2 (pinned by them). A stream read
 # raw by an SDK (anthropic, google-genai) lets a connection dropped mid-body through as these.
 TIMEOUT_ERRORS: tuple[type[Exception], ...] = (httpx.TimeoutException, httpx2.TimeoutException)
@@ -77,7 +81,7 @@ def error_for_status(
     body: Any = None,
     is_overflow: bool = False,
 ) -> LLMError:
-    message = short(message) or f"HTTP {status_code}"
+    message = " ".join(str(message).split())[:MAX_RAW_ERROR_MESSAGE_CHARS] or f"HTTP {status_code}"
     if is_overflow:
         return ContextOverflowError(message, provider=provider, status_code=status_code)
     if status_code in (401, 403):
@@ -90,20 +94,15 @@ def error_for_status(
     return PermanentError(message, provider=provider, status_code=status_code)
 
 
-SECRET_MASK = "***"
-# Shorter "keys" (placeholders such as "k" or "none" for keyless local servers) would mask ordinary words.
-MIN_MASKED_SECRET_CHARS = 8
-
-
 def without_secret(error: LLMError, *, secret: str) -> LLMError:
-    """`error` with `secret` (the provider's API key) masked in its message, in place.
+    """`error` with `secret` (the provider's API key, in any encoding core.redaction knows) redacted in its
+    message, then cut to MAX_ERROR_MESSAGE_CHARS, in place.
 
     Some OpenAI-compatible gateways quote the key they refused in their error body; our message becomes a
-    turn's error (admin, turns API) and a log field, where no secret may appear.
+    turn's error (admin, turns API) and a log field, where no secret may appear. Redaction runs before the cut.
     """
-    if len(secret) >= MIN_MASKED_SECRET_CHARS and secret in error.message:
-        error.message = error.message.replace(secret, SECRET_MASK)
-        error.args = (error.message,)
+    error.message = short(redacted(error.message, secrets=[secret]))
+    error.args = (error.message,)
     return error
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from agents.mcp.config import STDIO, STREAMABLE_HTTP, McpServerConfig
 from agents.mcp.errors import McpCallError, McpConnectError, McpConnectionLostError, McpError, McpTimeoutError
+from agents.mcp.isolation import stdio_environment
 from agents.mcp.output import redacted
 from core.text import storable_text
 
@@ -175,10 +176,12 @@ class McpConnection:
         try:
             self._stderr.flush()
             self._stderr.seek(0)
-            text = storable_text(self._stderr.read()[-STDERR_TAIL_CHARS:].strip())
+            # Redacted whole, then cut (issue 30, finding 4): a tail cut first can keep half a secret.
+            text = redacted(storable_text(self._stderr.read()), secrets=self.config.secrets())
         except (OSError, ValueError):
             return ""
-        return f" (server stderr: {redacted(text, secrets=self.config.secrets())})" if text else ""
+        text = text[-STDERR_TAIL_CHARS:].strip()
+        return f" (server stderr: {text})" if text else ""
 
     # --- the owner's side (the loop thread) --------------------------------------------------------------
 
@@ -189,7 +192,9 @@ class McpConnection:
 
         if self.config.transport == STDIO:
             parameters = StdioServerParameters(
-                command=self.config.command, args=list(self.config.args), env=dict(self.config.environment)
+                command=self.config.command,
+                args=list(self.config.args),
+                env=stdio_environment(configured=self.config.environment),
             )
             return stdio_client(parameters, errlog=self._stderr)
         if self.config.transport == STREAMABLE_HTTP:

@@ -4,19 +4,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from core.redaction import RedactionTally, redacted
 from core.text import storable_text
 
-SECRET_MASK = "***"
-# Shorter values (a "1" or "true" in a server's environment) are not credentials and would mask ordinary text.
-MIN_REDACTED_SECRET_CHARS = 8
 TRUNCATION_MARKER = "\n…[truncated: {kept} of {total} characters]"
-
-
-def redacted(text: str, *, secrets: Iterable[str]) -> str:
-    # Longest first: a secret that contains another is masked whole.
-    for secret in sorted({s for s in secrets if len(s) >= MIN_REDACTED_SECRET_CHARS}, key=len, reverse=True):
-        text = text.replace(secret, SECRET_MASK)
-    return text
 
 
 def capped(text: str, *, max_chars: int) -> str:
@@ -42,13 +33,22 @@ def content_block_text(block: Any) -> str:
     return f"[{kind or 'unknown'} content]"
 
 
-def tool_output_text(*, blocks: Iterable[Any], structured: Any, secrets: Iterable[str], max_chars: int) -> str:
+def tool_output_text(
+    *,
+    blocks: Iterable[Any],
+    structured: Any,
+    secrets: Iterable[str],
+    max_chars: int,
+    tally: RedactionTally | None = None,
+) -> str:
     """The text the model gets for a tool's answer, in this order: join, make storable, redact, cap.
 
-    Redaction runs before the cap so a secret cut in half at the edge can never survive as a prefix.
+    Redaction runs before the cap so a secret cut in half at the edge can never survive as a prefix. A `tally`
+    (the turn's) redacts with its secrets and counts what it masked.
     """
     parts = [content_block_text(block) for block in blocks]
     if not any(parts) and structured is not None:
         parts = [json.dumps(structured, ensure_ascii=False, default=str)]
     text = storable_text("\n".join(part for part in parts if part))
-    return capped(redacted(text, secrets=secrets), max_chars=max_chars)
+    clean = tally(text) if tally is not None else redacted(text, secrets=secrets)
+    return capped(clean, max_chars=max_chars)

@@ -11,8 +11,9 @@ from django.utils import timezone
 from agents.mcp.client import McpConnection, McpTool
 from agents.mcp.config import McpServerConfig
 from agents.mcp.errors import McpError
-from agents.mcp.output import redacted
 from agents.models import Bot, McpServer
+from agents.secrets import hub_secrets
+from core.redaction import redacted
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -51,15 +52,6 @@ def mcp_servers_enabled(*, bot: Bot) -> QuerySet[McpServer]:
     return McpServer.objects.filter(bot=bot, is_enabled=True).select_related("bot").order_by("name", "id")
 
 
-def bot_secrets(*, bot: Bot) -> tuple[str, ...]:
-    """Every secret a tool's output must never carry to the model: all the bot's servers' and its own."""
-    values: list[str] = list(bot.feishu_secrets)
-    values.append(bot.primary_model.provider.api_key)
-    for server in McpServer.objects.filter(bot=bot).select_related("bot"):
-        values.extend(mcp_server_config(server=server).secrets())
-    return tuple(value for value in values if value)
-
-
 @dataclass(frozen=True)
 class McpServerTestResult:
     is_ok: bool
@@ -74,15 +66,16 @@ def mcp_server_test(*, server: McpServer) -> McpServerTestResult:
     try:
         connection.open()
     except McpError as error:
-        result = McpServerTestResult(is_ok=False, tools=(), error=error.message[:MAX_TEST_ERROR_CHARS])
+        result = McpServerTestResult(is_ok=False, tools=(), error=error.message)
     else:
         result = McpServerTestResult(is_ok=True, tools=connection.tools, error="")
     finally:
         connection.close()
-    secrets = bot_secrets(bot=server.bot)
+    # Every secret the hub holds, not only this server's, and redacted before the cut (issue 30, finding 4).
+    secrets = hub_secrets(extra=config.secrets())
     server.last_test_ok = result.is_ok
     server.last_test_at = timezone.now()
-    server.last_test_error = redacted(result.error, secrets=secrets)
+    server.last_test_error = redacted(result.error, secrets=secrets)[:MAX_TEST_ERROR_CHARS]
     server.last_test_tools = [
         {"name": tool.name, "description": redacted(storable_text(tool.description), secrets=secrets)[:500]}
         for tool in result.tools

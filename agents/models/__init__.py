@@ -335,6 +335,9 @@ class Turn(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     retry_history = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
+    redaction_count = models.PositiveIntegerField(
+        default=0, help_text="Secrets masked in this turn's input, tool output, reply and errors."
+    )
     queued_at = models.DateTimeField(auto_now_add=True)
     # When turn_run_task was last handed to the broker (on creation or by the sweeper); null when never, or when
     # the broker refused it. turns_sweep re-enqueues only once a healthy broker could no longer be holding it.

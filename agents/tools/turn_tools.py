@@ -20,7 +20,6 @@ Tool activity lives only in TurnToolCall rows: nothing here writes a Message, a 
 turn's reply (M3); the caller stores `result.text` as the one agent_reply.
 """
 
-import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -34,11 +33,14 @@ from agents.llm.base import CompletionRequest, CompletionResult, LLMClient, Tool
 from agents.mcp.client import McpConnection, mcp_connection
 from agents.mcp.config import McpServerConfig
 from agents.mcp.errors import McpError
-from agents.mcp.output import redacted, tool_output_text
-from agents.mcp.services import bot_call_timeout_seconds, bot_secrets, mcp_server_config, mcp_servers_enabled
+from agents.mcp.output import tool_output_text
+from agents.mcp.services import bot_call_timeout_seconds, mcp_server_config, mcp_servers_enabled
 from agents.models import Bot, McpServer, Provider, Turn, TurnToolCall
+from agents.secrets import hub_secrets, turn_redactions_add
+from agents.services.turns.assembly import DEFAULT_CONTEXT_WINDOW_TOKENS
 from agents.tools.budget import budget_within_soft_limit, task_soft_limit_seconds
 from agents.tools.loop import LoopTool, Status, ToolCallRecord, ToolLimits, model_call, tool_loop_run
+from core.redaction import RedactionTally, redacted, redacted_json
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -79,7 +81,7 @@ def tool_limits(*, bot: Bot, servers: Sequence[McpServer]) -> ToolLimits:
     )
 
 
-def mcp_tool_runner(*, config: McpServerConfig, tool: str, secrets: tuple[str, ...]):
+def mcp_tool_runner(*, config: McpServerConfig, tool: str, tally: RedactionTally, max_chars: int):
     def run(arguments: dict, timeout_seconds: float) -> tuple[str, bool]:
         # A crashed server's connection is dead: the pool starts the server again for the next call.
         connection = mcp_connection(config=config)
@@ -89,8 +91,9 @@ def mcp_tool_runner(*, config: McpServerConfig, tool: str, secrets: tuple[str, .
         text = tool_output_text(
             blocks=result.blocks,
             structured=result.structured,
-            secrets=secrets,
-            max_chars=int(settings.AMUX_TOOL_RESULT_MAX_CHARS),
+            secrets=tally.secrets,
+            max_chars=max_chars,
+            tally=tally,
         )
         return text, result.is_error
 
@@ -98,9 +101,14 @@ def mcp_tool_runner(*, config: McpServerConfig, tool: str, secrets: tuple[str, .
 
 
 def loop_tools(
-    *, servers: Sequence[McpServer], secrets: tuple[str, ...], failures: list[tuple[McpServer, str]]
+    *, servers: Sequence[McpServer], tally: RedactionTally, failures: list[tuple[McpServer, str]], window: int = 0
 ) -> list[LoopTool]:
-    """The allowed tools of every reachable server; each unreachable one is appended to `failures`."""
+    """The allowed tools of every reachable server; each unreachable one is appended to `failures`.
+
+    One tool answer takes at most the hub's cap, and never more than an eighth of the model's window `window`
+    (issue 30, finding 6; a character is at most one token, see assembly).
+    """
+    max_chars = min(int(settings.AMUX_TOOL_RESULT_MAX_CHARS), (window or DEFAULT_CONTEXT_WINDOW_TOKENS) // 8)
     tools: list[LoopTool] = []
     for server in servers:
         allowed = {str(name) for name in server.allowed_tools or ()}
@@ -110,14 +118,14 @@ def loop_tools(
         try:
             connection: McpConnection = mcp_connection(config=config)
         except McpError as error:
-            failures.append((server, redacted(error.message, secrets=secrets)))
+            failures.append((server, tally(error.message)))
             continue
         for tool in connection.tools:
             if tool.name not in allowed:
                 continue
             spec = ToolSpec(
                 name=exposed_tool_name(server=server.name, tool=tool.name),
-                description=redacted(storable_text(tool.description), secrets=secrets)[:MAX_DESCRIPTION_CHARS],
+                description=tally(storable_text(tool.description))[:MAX_DESCRIPTION_CHARS],
                 parameters=tool.input_schema or {"type": "object", "properties": {}},
             )
             tools.append(
@@ -125,7 +133,7 @@ def loop_tools(
                     spec=spec,
                     server=server.name,
                     tool=tool.name,
-                    run=mcp_tool_runner(config=config, tool=tool.name, secrets=secrets),
+                    run=mcp_tool_runner(config=config, tool=tool.name, tally=tally, max_chars=max_chars),
                 )
             )
     return tools
@@ -137,7 +145,7 @@ def turn_tool_call_record(*, turn: Turn, call: ToolCallRecord, secrets: tuple[st
     Everything is redacted once more: the arguments are the model's, and nothing guarantees they hold no secret.
     """
     arguments = call.arguments if isinstance(call.arguments, dict) else {"raw": call.arguments}
-    arguments = json.loads(redacted(json.dumps(arguments), secrets=secrets))
+    arguments = redacted_json(arguments, secrets=secrets)
     row, _ = TurnToolCall.objects.update_or_create(
         turn=turn,
         step=call.step,
@@ -193,9 +201,13 @@ def turn_tools_run(
     servers = list(mcp_servers_enabled(bot=bot)) if bot.primary_model.supports_tool_calls else []
     if not servers:
         return model_call(client=client, request=request, on_text=on_text), []
-    secrets = bot_secrets(bot=bot)
+    # Every secret the hub holds (issue 30): a tool may print any of them, not only its own server's.
+    tally = RedactionTally(
+        secrets=hub_secrets(extra=[v for s in servers for v in mcp_server_config(server=s).secrets()])
+    )
+    secrets = tally.secrets
     failures: list[tuple[McpServer, str]] = []
-    tools = loop_tools(servers=servers, secrets=secrets, failures=failures)
+    tools = loop_tools(servers=servers, tally=tally, failures=failures, window=bot.primary_model.context_window)
     for position, (server, message) in enumerate(failures):
         turn_tool_call_record(
             turn=turn,
@@ -232,13 +244,16 @@ def turn_tools_run(
             extra={"turn_id": turn.pk, "budget_seconds": limits.time_budget_seconds, "fitted_seconds": fitted},
         )
         limits = replace(limits, time_budget_seconds=fitted)
-    return tool_loop_run(
-        client=client,
-        request=request,
-        tools=tools,
-        limits=limits,
-        completed_calls=turn_tool_calls_completed(turn=turn),
-        record=lambda call: turn_tool_call_record(turn=turn, call=call, secrets=secrets),
-        on_text=on_text,
-        on_tool_step=on_tool_step,
-    )
+    try:
+        return tool_loop_run(
+            client=client,
+            request=request,
+            tools=tools,
+            limits=limits,
+            completed_calls=turn_tool_calls_completed(turn=turn),
+            record=lambda call: turn_tool_call_record(turn=turn, call=call, secrets=secrets),
+            on_text=on_text,
+            on_tool_step=on_tool_step,
+        )
+    finally:
+        turn_redactions_add(turn_id=turn.pk, count=tally.count)

@@ -29,6 +29,7 @@ from django.conf import settings
 
 from agents.llm.base import ImageInput
 from agents.models import Bot
+from agents.secrets import hub_secrets
 from agents.services.turns import TurnAttachments
 from feishu.inbound.parsing import (
     ATTACHMENT_FILE,
@@ -144,7 +145,7 @@ def turn_attachments_fetch(
         return TurnAttachments()
     window_chars = (context_window or 8192) // 4  # a character is at most one token (CJK), see assembly
     collected = _Collected(
-        secrets=bot.feishu_secrets,
+        secrets=hub_secrets(extra=bot.feishu_secrets),
         inline_budget_chars=min(settings.FEISHU_ATTACHMENT_TEXT_MAX_CHARS, window_chars),
     )
     image_count = 0

@@ -29,6 +29,7 @@ from typing import TypeVar
 from django.db import transaction
 
 from agents.models import Bot, Message, Turn
+from agents.secrets import hub_secrets, turn_redactions_add
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns import (
     DeliveryPermanent,
@@ -40,7 +41,9 @@ from agents.services.turns import (
     TurnChannel,
     turn_get_or_create,
 )
+from agents.services.turns.assembly import DEFAULT_CONTEXT_WINDOW_TOKENS, text_within_tokens
 from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
+from core.redaction import redact
 from core.text import TranslatableText
 from feishu.channel.attachments import turn_attachments_fetch
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
@@ -139,10 +142,16 @@ class FeishuChannel(TurnChannel):
         message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
         # No secret reaches the prompt, the stored message or the decision, even when someone pastes one (C3).
         secrets = bot_secrets(bot)
-        request_text = secrets_redact(normalise_mentions(parsed.text, message.mentions), secrets)
+        redaction = redact(normalise_mentions(parsed.text, message.mentions), secrets=secrets)
+        turn_redactions_add(turn_id=turn.pk, count=redaction.count)
+        # Each part within its share of the window (issue 30, finding 6); assembly fits the whole prompt.
+        window = bot.primary_model.context_window or DEFAULT_CONTEXT_WINDOW_TOKENS
+        request_text = text_within_tokens(redaction.text, max_tokens=window // 2, what="the message")
         quoted_text = self._quoted_text(bot=bot, parsed=parsed, secrets=secrets)
         if isinstance(quoted_text, Skip):
             return quoted_text
+        if quoted_text:
+            quoted_text = text_within_tokens(quoted_text, max_tokens=window // 2, what="the quoted message")
         if parsed.is_direct:  # DMs never get workspace thread context (C3): no selection, no decision
             if not request_is_submittable(request_text=request_text, topic_root_due=False, quoted_text=quoted_text):
                 return Skip(reason="Empty request.")
@@ -221,7 +230,7 @@ class FeishuChannel(TurnChannel):
         parsed = source_parsed(turn=turn)
         if parsed is None:
             return None
-        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=parsed))
+        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=parsed), secrets=hub_secrets())
 
     def deliver(self, *, turn: Turn, reply: Message) -> None:
         bot = turn.bot

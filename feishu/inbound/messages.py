@@ -4,10 +4,14 @@ Routing, the discuss wake and the bridge turn all build the collector's InboundM
 secrets; they import this module, which imports none of them (no import circle).
 """
 
+import json
+
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Bot
+from agents.secrets import hub_secrets
+from core.redaction import redacted, redacted_json
 from core.text import TranslatableText
 from feishu.inbound.parsing import ParsedMessage, slash_command
 from feishu.models import OutboundDelivery
@@ -70,5 +74,27 @@ def inbound_message_build(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, 
 
 
 def bot_secrets(bot: Bot) -> tuple[str, ...]:
-    """What the collector redacts from any stored text (C3)."""
-    return bot.feishu_secrets
+    """What the collector redacts from any stored text (C3): every secret the hub holds (issue 30), since a
+    person may paste another bot's key or a provider key as well as this bot's Feishu secrets."""
+    return hub_secrets(extra=bot.feishu_secrets)
+
+
+def payload_secrets_redacted(*, bot: Bot, payload: dict) -> dict:
+    """The event with every hub secret redacted from its message's content (issue 30), or the same dict when
+    there is none: the stored copy of the event is a row like any other, and a pasted key must not stay in it.
+    Routing stores what this returns with the event's finish; the turn and the wake parse that copy."""
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        return payload
+    message = event.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or not isinstance(content, str) or not content:
+        return payload
+    secrets = bot_secrets(bot)
+    if redacted(content, secrets=secrets) == content:
+        return payload
+    try:  # inside the JSON, so that a redaction never eats one of its quotes
+        clean = json.dumps(redacted_json(json.loads(content), secrets=secrets), ensure_ascii=False)
+    except ValueError:
+        clean = redacted(content, secrets=secrets)
+    return {**payload, "event": {**event, "message": {**message, "content": clean}}}

@@ -23,6 +23,7 @@ from feishu.inbound.messages import (
     bot_secrets,
     inbound_message_build,
     message_is_own_echo,
+    payload_secrets_redacted,
 )
 from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
 from feishu.models import InboundEvent
@@ -346,7 +347,9 @@ def inbound_event_process(*, event_pk: int) -> RouteResult | None:
     try:
         # The one-time bot/v3/info and chat.get reads are HTTP calls: made before the transaction, never inside it.
         bot_open_id = bot_open_id_ensure(bot=event.bot)
-        payload = chat_mode_annotate(bot=event.bot, payload=event.payload)
+        payload = payload_secrets_redacted(
+            bot=event.bot, payload=chat_mode_annotate(bot=event.bot, payload=event.payload)
+        )
         with transaction.atomic():  # notices go out after commit (feishu_notice_send), turns enqueue after it
             # The finish is in the route's transaction, with the annotated payload in the same UPDATE: committed
             # before any turn or wake it started reads the event, so they parse the same timeline (G1). A route

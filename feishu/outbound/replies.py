@@ -19,6 +19,7 @@ import logging
 from agents.models import Bot, Turn
 from agents.services.turns.channels import StreamSink
 from agents.services.turns.ledger import turn_channel_state_add, turn_channel_state_merge
+from core.redaction import redacted
 from feishu.inbound.messages import bot_text
 from feishu.inbound.parsing import ParsedMessage
 from feishu.outbound import sends as feishu_sends
@@ -175,14 +176,20 @@ class CardStreamSink(StreamSink):
     reach the stored reply, thread context or the next turn.
     """
 
-    def __init__(self, *, card: StreamingCard) -> None:
+    def __init__(self, *, card: StreamingCard, secrets: tuple[str, ...] = ()) -> None:
         self.card = card
+        self.secrets = secrets
         self.steps: list[str] = []
         self.draft = ""
 
     def shown(self) -> str:
         lines = "\n".join(tool_step_line(label) for label in self.steps)
-        return f"{lines}\n\n{self.draft}" if lines else self.draft
+        # The draft is redacted like the stored reply (issue 30), and its last word is held back until a space
+        # ends it: it may be the start of a secret whose rest has not arrived. `deliver` shows the whole reply.
+        draft = redacted(self.draft, secrets=self.secrets)
+        if self.secrets and draft and not draft[-1].isspace():
+            draft = draft[: len(draft) - len(draft.split()[-1])]
+        return f"{lines}\n\n{draft}" if lines else draft
 
     def text(self, delta: str) -> None:
         self.draft += delta

@@ -19,8 +19,10 @@ from agents.llm.base import (
     TransientError,
     Usage,
 )
+from agents.llm.errors import MAX_ERROR_MESSAGE_CHARS
 from agents.llm.registry import llm_client_for
 from agents.models import Provider
+from core.redaction import REDACTED
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.stubs.llm_servers import (
     AUTH_BODIES,
@@ -54,7 +56,7 @@ SCHEMA = {
     "additionalProperties": False,
 }
 DECIDE = ToolSpec(name="decide", description="Decide whether to act", parameters=SCHEMA)
-API_KEY = "sk-test-key-123"
+API_KEY = "sk-test-key-1234567890"  # long enough to be redacted (core.redaction.MIN_SECRET_CHARS)
 
 
 def base_url(api: str, stub) -> str:
@@ -320,7 +322,30 @@ def test_t1_an_api_key_echoed_in_an_error_body_never_reaches_our_error(api, llm_
     # then
     assert API_KEY not in caught.value.message
     assert API_KEY not in str(caught.value)
-    assert "***" in caught.value.message
+    assert REDACTED in caught.value.message
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_issue30_finding4_a_key_near_the_error_cut_is_redacted_before_the_cut(api, llm_stub):
+    """Finding 4: the error was cut at 500 characters before the key was masked, so a key at offset ~440 left
+    its first characters in the turn's error. Redaction now runs on the whole text first."""
+    # given: the key starts about 485 characters into our message, so the 500-character cut falls inside it
+    model = model_for(api, llm_stub)
+    message = "x" * 470 + f" {API_KEY} " + "y" * 200
+    bodies = {
+        "openai_chat": openai_error_body(message=message, code="invalid_api_key"),
+        "openai_responses": openai_error_body(message=message, code="invalid_api_key"),
+        "anthropic": anthropic_error_body(message=message, type_="authentication_error"),
+        "gemini": gemini_error_body(code=401, message=message, status="UNAUTHENTICATED"),
+    }
+    llm_stub.enqueue(api, StubResponse(status=401, body=bodies[api]))
+    # when
+    with pytest.raises(AuthenticationError) as caught:
+        llm_client_for(model=model).complete(text_request(api))
+    # then: no 6-character piece of the key survives, and the cut still holds
+    text = caught.value.message
+    assert [API_KEY[i : i + 6] for i in range(len(API_KEY) - 5) if API_KEY[i : i + 6] in text] == []
+    assert len(text) <= MAX_ERROR_MESSAGE_CHARS
 
 
 # 200 answers in JSON that leave out what the API documents (an incompatible "compatible" server): the SDKs

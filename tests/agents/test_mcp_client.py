@@ -11,14 +11,27 @@ import pytest
 from agents.mcp.client import McpConnection, mcp_connection, mcp_connections_close_all
 from agents.mcp.config import STDIO, STREAMABLE_HTTP, McpServerConfig
 from agents.mcp.errors import McpConnectError, McpConnectionLostError, McpTimeoutError
-from agents.mcp.output import SECRET_MASK, TRUNCATION_MARKER, tool_output_text
+from agents.mcp.output import TRUNCATION_MARKER, tool_output_text
+from core.redaction import REDACTED as SECRET_MASK
 from tests.stubs.mcp_server import http_server_running, stdio_command
 
 SECRET = "env-secret-value-4711"
 HEADER_SECRET = "Bearer header-secret-0815"
 # A loaded CI machine needs seconds just to import the SDK in the server process.
 CONNECT_TIMEOUT_SECONDS = 60.0
-STUB_TOOLS = ["echo", "add", "fail", "hang", "huge", "malformed", "env_value", "header_value", "crash", "counter"]
+STUB_TOOLS = [
+    "echo",
+    "add",
+    "fail",
+    "hang",
+    "huge",
+    "malformed",
+    "env_value",
+    "environment_dump",
+    "header_value",
+    "crash",
+    "counter",
+]
 
 
 def stdio_config(**overrides) -> McpServerConfig:

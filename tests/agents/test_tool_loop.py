@@ -12,10 +12,10 @@ import pytest
 from agents.llm.base import ChatMessage, CompletionRequest
 from agents.llm.registry import llm_client_for
 from agents.mcp.client import mcp_connections_close_all
-from agents.mcp.output import SECRET_MASK
 from agents.models import McpServer, Provider, Thread, Turn, TurnToolCall
 from agents.tools.loop import FINAL_ANSWER_INSTRUCTION, REFUSED_MESSAGE, TOOL_RESULTS_HEADER
 from agents.tools.turn_tools import ToolServerUnavailableError, turn_tools_run
+from core.redaction import REDACTED as SECRET_MASK
 from probe.services import probe_gate_run
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory
 from tests.agents.test_llm_adapters import APIS, MODEL_NAMES

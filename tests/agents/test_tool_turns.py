@@ -29,12 +29,12 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.mcp.client import mcp_connection, mcp_connections_close_all
-from agents.mcp.output import SECRET_MASK
 from agents.mcp.services import mcp_server_config
 from agents.models import Bot, McpServer, Message, Thread, Turn, TurnToolCall
 from agents.tools.budget import SOFT_LIMIT_MARGIN_SECONDS, budget_within_soft_limit, tool_budget_max_seconds
 from agents.tools.checks import TOOL_BUDGET_OVER_SOFT_LIMIT, tool_budget_fits_the_soft_limit
 from agents.tools.loop import FINAL_ANSWER_INSTRUCTION
+from core.redaction import REDACTED as SECRET_MASK
 from feishu.discuss.sweep import discuss_wakes_sweep
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
 from tests.agents.forms import bot_admin_form_data

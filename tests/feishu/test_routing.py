@@ -6,6 +6,7 @@ import re
 import pytest
 
 from agents.models import Bot, Turn
+from core.redaction import REDACTED
 from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
 from feishu.inbound.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from feishu.inbound.parsing import message_parse, text_chunks
@@ -13,7 +14,6 @@ from feishu.inbound.signing import message_event_payload
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from tests.feishu.conftest import bot_open_id, fixture_payload
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadEvent, Workspace
-from threadcontext.services.collection import REDACTED
 
 pytestmark = pytest.mark.django_db
 

@@ -8,6 +8,8 @@ Run over stdio (`python tests/stubs/mcp_server.py stdio`) or streamable HTTP
 - `huge(chars)`: an answer far over the size cap
 - `malformed()`: a non-JSON line on stdout, then text with NUL and an image block
 - `env_value(name)`: reads its own environment (a server that leaks its secret: redaction must catch it)
+- `environment_dump()`: prints its whole environment and its parent's /proc environ (issue 30: neither may hold
+  the hub's)
 - `header_value(name)`: over HTTP, echoes a request header back (the same leak, for headers)
 - `crash()`: the process exits mid-call
 - `counter(seconds)`: counts its calls in the file named by STUB_COUNTER_FILE, then answers after `seconds`
@@ -68,6 +70,15 @@ def build_server():
     @server.tool(description="Reads an environment variable of the server.")
     def env_value(name: str) -> str:
         return f"{name}={os.environ.get(name, '')}"
+
+    @server.tool(description="Prints its own environment and its parent's (/proc/<ppid>/environ).")
+    def environment_dump() -> str:
+        own = "\n".join(f"{key}={value}" for key, value in sorted(os.environ.items()))
+        try:
+            parent = Path(f"/proc/{os.getppid()}/environ").read_bytes().replace(b"\0", b"\n").decode(errors="replace")
+        except OSError as error:
+            parent = f"unreadable: {type(error).__name__}"
+        return f"own:\n{own}\nparent:\n{parent}"
 
     @server.tool(description="Echoes a request header (HTTP only).")
     def header_value(name: str, ctx: Context) -> str:

@@ -21,6 +21,7 @@ from datetime import datetime
 
 from django.conf import settings
 
+from core.redaction import redacted
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.services.event_store import thread_event_insert_once
 from threadcontext.services.retention import thread_context_prune_if_due
@@ -51,7 +52,6 @@ SKIP_NOT_OWNER = "not_owner"
 SKIP_NOT_HUMAN = "not_human"
 SKIP_EMPTY = "empty"
 
-REDACTED = "[redacted]"
 TRUNCATED_KEY = "truncated"
 
 _MENTION_KEY = re.compile(r"(@_user_\d+|@_all)( ?)")
@@ -130,17 +130,24 @@ def normalise_mentions(text: str, mentions: Sequence[Mention]) -> str:
             return "@user" + space
         if mention.is_this_bot:
             return ""
-        return f"@{mention.name or mention.open_id or 'user'}" + space
+        return f"@{mention_name_capped(mention.name or mention.open_id or 'user')}" + space
 
     return _MENTION_KEY.sub(replace, text).strip()
 
 
+# Issue 30, finding 6: a 200-character display name times 14,000 placeholders made a 2.8-million-character
+# prompt. Feishu's own names are far shorter; a longer one is cut (with an ellipsis) where it is written out.
+MAX_MENTION_NAME_CHARS = 64
+
+
+def mention_name_capped(name: str) -> str:
+    return name if len(name) <= MAX_MENTION_NAME_CHARS else name[: MAX_MENTION_NAME_CHARS - 1] + "…"
+
+
 def secrets_redact(text: str, secrets: Sequence[str]) -> str:
-    """C3: no app_secret, token or encrypt_key ever reaches a stored item, even when someone pastes it."""
-    for secret in secrets:
-        if secret and len(secret) >= 6:
-            text = text.replace(secret, REDACTED)
-    return text
+    """C3: no secret the caller knows (the hub's, issue 30) reaches a stored item, even when someone pastes it;
+    the one redaction step (core.redaction), encodings included."""
+    return redacted(text, secrets=secrets)
 
 
 def _refusal_reason(*, message: InboundMessage, workspace: Workspace | None) -> str:

@@ -23,6 +23,29 @@ def estimate_tokens(text: str) -> int:
     return -(-ascii_chars // CHARS_PER_TOKEN) + (len(text) - ascii_chars) + MESSAGE_OVERHEAD_TOKENS
 
 
+# Issue 30, finding 6: what a cut part says instead of its tail, so the model (and explain) knows it saw a part.
+CUT_LABEL = "\n[cut: {what} had {total} characters; the first {kept} are kept to fit the model's context window]"
+# The share of the window left after the answer's reserve that the system prompt may take at most; the current
+# message (with its inlined parts) gets what it and the contract leave, context messages what is left after that.
+SYSTEM_PROMPT_SHARE = 4  # a quarter
+
+
+def text_within_tokens(text: str, *, max_tokens: int, what: str) -> str:
+    """`text`, or its longest prefix that fits `max_tokens` together with a label saying what was cut."""
+    if estimate_tokens(text) <= max_tokens:
+        return text
+    low, high = 0, len(text)
+    while low < high:  # the longest prefix that fits; estimate_tokens grows with the prefix
+        middle = (low + high + 1) // 2
+        label = CUT_LABEL.format(what=what, total=len(text), kept=middle)
+        if estimate_tokens(text[:middle] + label) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    label = CUT_LABEL.format(what=what, total=len(text), kept=low)
+    return text[:low] + label if estimate_tokens(label) <= max_tokens else ""
+
+
 def output_reserve_tokens(*, context_window: int, max_output_tokens: int) -> int:
     """The answer's share of the window, at most a quarter of it; the request asks for no more than this.
 
@@ -100,8 +123,24 @@ def primary_input_build(
     attachments: TurnAttachments = NO_ATTACHMENTS,
 ) -> PrimaryInput:
     """System prompt + the newest context messages that fit + the new prompt with its attachments (+ the
-    contract, never trimmed)."""
-    prompt = ChatMessage(role="user", content=_joined(user_prompt, attachments.prompt_text), images=attachments.images)
+    contract, never trimmed).
+
+    The whole request fits the model's window (issue 30, finding 6): the system prompt is cut to its share, the
+    current message with its inlined parts to what it and the contract (ours, bounded, never cut: P9) leave, each
+    with a label saying what was cut.
+    """
+    window = model.context_window or DEFAULT_CONTEXT_WINDOW_TOKENS
+    room = window - output_reserve_tokens(
+        context_window=model.context_window, max_output_tokens=model.max_output_tokens
+    )
+    system_prompt = text_within_tokens(system_prompt, max_tokens=room // SYSTEM_PROMPT_SHARE, what="the system prompt")
+    prompt_room = room - sum(estimate_tokens(text) for text in (system_prompt, activation_contract) if text.strip())
+    what = "the current message with its inlined parts"
+    prompt = ChatMessage(
+        role="user",
+        content=text_within_tokens(_joined(user_prompt, attachments.prompt_text), max_tokens=prompt_room, what=what),
+        images=attachments.images,
+    )
     fixed = [message for message in (prompt, ChatMessage(role="user", content=activation_contract)) if message.content]
     system = [ChatMessage(role="system", content=system_prompt)] if system_prompt.strip() else []
     budget = context_budget_tokens(
@@ -128,7 +167,8 @@ def primary_input_build(
     )
     recorded = request
     if attachments != NO_ATTACHMENTS:
-        recorded_prompt = replace(prompt, content=_joined(user_prompt, attachments.recorded_text))
+        recorded_text = _joined(user_prompt, attachments.recorded_text)
+        recorded_prompt = replace(prompt, content=text_within_tokens(recorded_text, max_tokens=prompt_room, what=what))
         recorded = replace(
             request, messages=tuple(recorded_prompt if message is prompt else message for message in request.messages)
         )

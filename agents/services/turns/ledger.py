@@ -19,7 +19,9 @@ from django.db.models import F, Func
 from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
+from agents.secrets import hub_secrets
 from agents.services.threads import message_create
+from core.redaction import redact, redacted
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -147,6 +149,11 @@ def turn_prepared_store(
     return turn
 
 
+def error_text(error: str) -> str:
+    """A turn's error as stored and shown: every hub secret redacted, then cut (issue 30: never cut first)."""
+    return redacted(storable_text(error), secrets=hub_secrets())[:ERROR_MAX_CHARS]
+
+
 def attempt_entry(*, turn: Turn, outcome: str, started: float, error: str = "", retry_in: float | None = None) -> list:
     """`turn.retry_history` with one more entry for this attempt."""
     entry: dict = {
@@ -156,7 +163,7 @@ def attempt_entry(*, turn: Turn, outcome: str, started: float, error: str = "", 
         "duration_ms": int((time.monotonic() - started) * 1000),
     }
     if error:
-        entry["error"] = error
+        entry["error"] = error_text(error)
     if retry_in is not None:
         entry["retry_in_seconds"] = retry_in
     return [*turn.retry_history, entry]
@@ -164,7 +171,7 @@ def attempt_entry(*, turn: Turn, outcome: str, started: float, error: str = "", 
 
 def turn_requeue(*, turn: Turn, error: str, history: list, model_input: dict | None = None) -> None:
     """A model attempt failed for now: back to queued (the task retries after its backoff)."""
-    fields: dict = {"status": Turn.Status.QUEUED, "error": storable_text(error)[:ERROR_MAX_CHARS]}
+    fields: dict = {"status": Turn.Status.QUEUED, "error": error_text(error)}
     fields["retry_history"] = history
     if model_input is not None:
         fields["model_input"] = model_input
@@ -181,13 +188,16 @@ def turn_reply_store(
     The winner's `turn` is updated in place (replied, its reply, its first delivery attempt counted in the same
     UPDATE: the runner delivers next), so the run goes on without re-reading the row; a loser re-reads it.
     """
+    # The one redaction step on the way out (issue 30): what is stored is what Feishu, /history/ and the next
+    # turn's context get, so a secret the model echoed stops here.
+    clean = redact(storable_text(text), secrets=hub_secrets())
     with transaction.atomic():
         # The conditional UPDATE is the guard: on PostgreSQL a concurrent finisher's UPDATE waits for this row
         # lock, then re-checks `reply_message IS NULL` and matches nothing.
         reply = message_create(
             thread=turn.thread,
             kind=Message.Kind.AGENT_REPLY,
-            content=storable_text(text),
+            content=clean.text,
             author=turn.bot.name,
             usage=usage,
         )
@@ -200,6 +210,7 @@ def turn_reply_store(
             error="",
             replied_at=timezone.now(),
             delivery_attempts=F("delivery_attempts") + 1,
+            redaction_count=F("redaction_count") + clean.count,
         )
         if not won:
             # Another run of this turn stored its reply first: drop ours (rolled back with this transaction).
@@ -212,6 +223,7 @@ def turn_reply_store(
     turn.status = Turn.Status.REPLIED
     turn.usage, turn.model_input, turn.retry_history, turn.error = usage, model_input, history, ""
     turn.delivery_attempts += 1
+    turn.redaction_count += clean.count
     return reply, True
 
 
@@ -225,13 +237,13 @@ def turn_delivery_attempt_count(*, turn: Turn) -> int:
 
 def turn_delivery_error_note(*, turn: Turn, error: str) -> None:
     """A delivery attempt failed for now: the error stays visible while the turn waits for the next attempt."""
-    Turn.objects.filter(pk=turn.pk, status=Turn.Status.REPLIED).update(error=storable_text(error)[:ERROR_MAX_CHARS])
+    Turn.objects.filter(pk=turn.pk, status=Turn.Status.REPLIED).update(error=error_text(error))
 
 
 def _finish(*, turn_id: int, status: str, from_statuses, now: datetime | None = None, **fields) -> bool:
     now = now or timezone.now()
     if "error" in fields:
-        fields["error"] = storable_text(fields["error"])[:ERROR_MAX_CHARS]
+        fields["error"] = error_text(fields["error"])
     done = Turn.objects.filter(pk=turn_id, status__in=from_statuses).update(status=status, finished_at=now, **fields)
     if done:
         logger.info("turn finished", extra={"turn_id": turn_id, "status": status, "error": fields.get("error", "")})
@@ -255,7 +267,7 @@ def turn_mark_failed(*, turn_id: int, error: str, history: list | None = None, m
         fields["retry_history"] = history
     if model_input is not None:
         fields["model_input"] = model_input
-    fields["error"] = storable_text(error)[:ERROR_MAX_CHARS]
+    fields["error"] = error_text(error)
     done = Turn.objects.filter(
         pk=turn_id, reply_message__isnull=True, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]
     ).update(status=Turn.Status.FAILED, finished_at=timezone.now(), **fields)

@@ -5,9 +5,11 @@ after commit (a refused enqueue leaves a queued turn the sweeper picks up), and 
 from django.db import transaction
 
 from agents.models import Message, Thread, Turn
+from agents.secrets import hub_secrets
 from agents.services.enqueue import turn_enqueue
 from agents.services.threads import message_create
 from agents.services.turns import ledger
+from core.redaction import redacted
 from core.text import storable_text
 
 REST_MESSAGE_MAX_CHARS = 32000
@@ -17,7 +19,11 @@ def rest_message_post(*, thread: Thread, content: str, author: str = "") -> tupl
     """REST chat: store the user message (mask from the thread, V4), create its turn, run it after commit."""
     with transaction.atomic():
         message = message_create(
-            thread=thread, kind=Message.Kind.USER_MESSAGE, content=storable_text(content), author=author
+            thread=thread,
+            kind=Message.Kind.USER_MESSAGE,
+            # A pasted secret is redacted before it is stored, shown by /history/ or sent to a model (issue 30).
+            content=redacted(storable_text(content), secrets=hub_secrets()),
+            author=author,
         )
         turn, _ = ledger.turn_get_or_create(
             bot=thread.bot,
