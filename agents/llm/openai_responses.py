@@ -141,10 +141,12 @@ class OpenAIResponsesClient:
 
     def result_from(self, response, *, provider: str) -> CompletionResult:
         if response.status == "failed":
-            error = response.error
-            message = f"{provider}: response failed: {error.message if error else 'no detail'}"
-            is_server = bool(error and error.code == "server_error")
-            raise error_for_status(status_code=500 if is_server else 400, message=message, provider=provider)
+            detail = response.error
+            message = f"{provider}: response failed: {detail.message if detail else 'no detail'}"
+            is_server = bool(detail and detail.code == "server_error")
+            # Redacted, then cut, like every provider error (issue 30, finding 4): the model's text may echo the key.
+            error = error_for_status(status_code=500 if is_server else 400, message=message, provider=provider)
+            raise without_secret(error, secret=self.settings.api_key)
         texts: list[str] = []
         calls: list[ToolCall] = []
         for item in response.output:
