@@ -206,11 +206,25 @@ class LongConnection:
         return client
 
     def run(self) -> None:
-        """Connect and serve until `stop()`; raises when the SDK gives up (bad credentials, retries spent)."""
-        # The SDK's module-level loop, replaced by a fresh one: a new connection in this thread starts clean.
+        """Connect and serve until `stop()`; raises when the SDK gives up (bad credentials, retries spent).
+
+        The SDK runs on a fresh loop in a thread of its own, never on the calling thread's: the SDK's
+        `run_until_complete` refuses to start where a loop is already running (a test process that drove a
+        browser, a host with its own loop), and the calling thread's event loop is left as it was.
+        """
         self._loop = asyncio.new_event_loop()
-        lark_ws_client.loop = self._loop
-        asyncio.set_event_loop(self._loop)
+        # The SDK's methods use its module-level loop, not the running one: ours while we serve, then put back,
+        # so a connection never leaves its closed loop behind for the next one in this process.
+        module_loop, lark_ws_client.loop = lark_ws_client.loop, self._loop
+        try:
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"longconn-{self.bot.slug}") as sdk_thread:
+                sdk_thread.submit(self._serve).result()  # re-raises the SDK's failure here, in the caller
+        finally:
+            if lark_ws_client.loop is self._loop:
+                lark_ws_client.loop = module_loop
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)  # the SDK thread's own: it ends with the connection
         self._in_db_thread(
             connection_state_record,
             bot_pk=self.bot.pk,
