@@ -46,6 +46,7 @@ PROCESS_THREADS = frozenset(
     {
         "mcp-client-loop",  # agents/mcp/client.py: the MCP clients' one background loop
         "amux-task-relay",  # core/tasks_relay.py: the intake's publisher
+        "tqdm_monitor",  # tqdm's, from its first progress bar on (feishu_context_prune); it never stops it
     }
 )
 
@@ -55,7 +56,11 @@ def _child_processes() -> set[Holding]:
     a child that has exited holds no port and runs nothing."""
     found: set[Holding] = set()
     for children in Path("/proc/self/task").glob("*/children"):
-        for pid in children.read_text().split():
+        try:
+            pids = children.read_text().split()
+        except OSError:
+            continue  # the thread ended after the listing
+        for pid in pids:
             try:
                 stat = Path(f"/proc/{pid}/stat").read_text()
                 command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
