@@ -1,12 +1,13 @@
-"""Test isolation: no test leaves an event loop, a thread, a child process or a changed environment behind.
+"""Test isolation: no test leaves an event loop, a thread, a child process or changed process state behind.
 
 The invariant, checked at every test's teardown: the process holds what it held when the first test started,
 plus what the fixtures still alive started in their setup (watched, and theirs until their teardown).
 
-- State every test sees (a running asyncio loop in this thread, the main thread's event loop, `os.environ`) is
-  checked after each test. A module-scoped fixture may hold it for its module (the browser tests' Playwright
-  does); a session-scoped one may not, since every later test would see it (issue 29: a session-long
-  Playwright left its loop marked as running and broke the long connection's tests hundreds of tests later).
+- State every test sees (a running asyncio loop in this thread, the main thread's event loop, `os.environ`, the
+  working directory, the SIGINT and SIGTERM handlers) is checked after each test. A module-scoped fixture may
+  hold it for its module (the browser tests' Playwright does); a session-scoped one may not, since every later
+  test would see it (issue 29: a session-long Playwright left its loop marked as running and broke the long
+  connection's tests hundreds of tests later).
 - Background work (threads, child processes) is checked when a module's tests end, after its module-scoped
   fixtures are gone: a module fixture's server may start threads while its tests run. Session fixtures may
   keep theirs (the real Celery worker, the fault suite's servers).
@@ -20,6 +21,7 @@ Registered from tests/conftest.py (`pytest_plugins`).
 
 import asyncio
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +41,11 @@ CHILD_PROCESS = "child process"
 RUNNING_EVENT_LOOP = "running event loop"
 MAIN_THREAD_EVENT_LOOP = "main thread's event loop"
 ENVIRONMENT_VARIABLE = "environment variable"
+WORKING_DIRECTORY = "working directory"
+SIGNAL_HANDLER = "signal handler"
+# The signals our code takes over (the long connection's child and supervisor stop on them); pytest's Ctrl-C
+# needs SIGINT's back.
+WATCHED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Work that runs beside the tests and that they do not see, unlike the rest (state every test sees).
 BACKGROUND = frozenset({THREAD, CHILD_PROCESS})
 # Threads that live as long as the process by design, started by whichever test first needs them.
@@ -92,6 +99,8 @@ def holdings() -> frozenset[Holding]:
         if thread.name not in PROCESS_THREADS
     }
     found |= {(ENVIRONMENT_VARIABLE, f"{name}={value}") for name, value in os.environ.items()}
+    found |= {(SIGNAL_HANDLER, f"{signum.name}: {signal.getsignal(signum)!r}") for signum in WATCHED_SIGNALS}
+    found.add((WORKING_DIRECTORY, os.getcwd()))
     return frozenset(found | _child_processes() | _event_loops())
 
 

@@ -77,6 +77,7 @@ def test_a_browser_test_and_a_long_connection_test_pass_in_one_process_in_either
 LEAKY_TESTS = """
 import asyncio
 import os
+import signal
 import threading
 
 import pytest
@@ -105,6 +106,14 @@ def test_leaves_a_running_loop():
     asyncio._set_running_loop(asyncio.new_event_loop())
 
 
+def test_leaves_a_signal_handler():
+    signal.signal(signal.SIGTERM, lambda *_: None)
+
+
+def test_leaves_another_working_directory(tmp_path):
+    os.chdir(tmp_path)
+
+
 def test_cleans_up_after_itself(monkeypatch):
     monkeypatch.setenv("ISOLATION_RESTORED", "1")
     thread = threading.Thread(target=lambda: None, name="joined-thread")
@@ -122,7 +131,8 @@ def test_uses_the_module_server_again(module_server):
 
 
 def test_the_isolation_check_fails_the_tests_that_leave_something_and_only_them(tmp_path):
-    # given: tests that leave a thread, an environment variable and a running loop, and tests that do not
+    # given: tests that leave a thread, an environment variable, a running loop, a signal handler and another
+    # working directory, and tests that do not
     # (one undoes its change, two share a module-scoped server that stops with the module)
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent(LEAKY_TESTS))
     # when: run alone with only the isolation plugin (and its pytest-django import), outside the project's tests
@@ -135,6 +145,8 @@ def test_the_isolation_check_fails_the_tests_that_leave_something_and_only_them(
         ("test_leaves_a_thread", "passed"),  # background work is checked where the module ends
         ("test_leaves_an_environment_variable", "failed"),
         ("test_leaves_a_running_loop", "failed"),
+        ("test_leaves_a_signal_handler", "failed"),
+        ("test_leaves_another_working_directory", "failed"),
         ("test_cleans_up_after_itself", "passed"),
         ("test_uses_a_module_server", "passed"),
         ("test_uses_the_module_server_again", "failed"),  # where the module ends: the first test's thread
