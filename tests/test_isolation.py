@@ -132,8 +132,7 @@ def test_uses_the_module_server_again(module_server):
 
 def test_the_isolation_check_fails_the_tests_that_leave_something_and_only_them(tmp_path):
     # given: tests that leave a thread, an environment variable, a running loop, a signal handler and another
-    # working directory, and tests that do not
-    # (one undoes its change, two share a module-scoped server that stops with the module)
+    # working directory, and tests that do not (one undoes its change, two share a module-scoped server)
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent(LEAKY_TESTS))
     # when: run alone with only the isolation plugin (and its pytest-django import), outside the project's tests
     outcomes = pytest_outcomes(
