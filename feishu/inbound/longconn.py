@@ -7,11 +7,11 @@ frame's acknowledgement only after it returns, so the processor stores and retur
 within 3 s, the model call happens in a worker. A storage failure raises, the SDK acks with 500 and Feishu
 redelivers; a redelivery of a stored event hits the message_id constraint and is acknowledged once more.
 
-Why one process per app: the SDK keeps one module-level event loop (`lark_oapi.ws.client.loop`), so two
-clients in one process break (larksuite/oapi-sdk-python #119, #133). `LongConnectionSupervisor` (run by
-`manage.py feishu_connect`) keeps one child process per long-connection bot, restarts a dead one with
-backoff, and every FEISHU_LONG_CONNECTION_RECONCILE_SECONDS starts, stops or restarts children for bots
-enabled, disabled, switched to or from the long connection, or re-keyed in the admin.
+Why one process per app: the SDK keeps one module-level event loop (`lark_oapi.ws.client.loop`), so two clients
+in one process break (larksuite/oapi-sdk-python #119, #133); a connection runs a fresh one in a thread of its own,
+as the caller's thread may be running a loop already (issue 29). The supervisor (`manage.py feishu_connect`) keeps
+one child process per bot, restarts a dead one with backoff, and every FEISHU_LONG_CONNECTION_RECONCILE_SECONDS
+starts, stops or restarts children for bots enabled, disabled, switched to or from it, or re-keyed in the admin.
 
 Django's ORM refuses to run inside a running event loop, and the SDK's processor is called from one: every
 database access of a connection goes through one dedicated thread (`_db`), which also keeps its one DB
@@ -206,25 +206,15 @@ class LongConnection:
         return client
 
     def run(self) -> None:
-        """Connect and serve until `stop()`; raises when the SDK gives up (bad credentials, retries spent).
-
-        The SDK runs on a fresh loop in a thread of its own, never on the calling thread's: the SDK's
-        `run_until_complete` refuses to start where a loop is already running (a test process that drove a
-        browser, a host with its own loop), and the calling thread's event loop is left as it was.
-        """
-        self._loop = asyncio.new_event_loop()
-        # The SDK's methods use its module-level loop, not the running one: ours while we serve, then put back,
-        # so a connection never leaves its closed loop behind for the next one in this process.
-        module_loop, lark_ws_client.loop = lark_ws_client.loop, self._loop
-        try:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"longconn-{self.bot.slug}") as sdk_thread:
-                sdk_thread.submit(self._serve).result()  # re-raises the SDK's failure here, in the caller
-        finally:
-            if lark_ws_client.loop is self._loop:
-                lark_ws_client.loop = module_loop
+        """Connect and serve until `stop()`; raises when the SDK gives up (bad credentials, retries spent)."""
+        module_loop, self._loop = lark_ws_client.loop, asyncio.new_event_loop()
+        lark_ws_client.loop = self._loop  # the SDK's methods use its module-level loop, not the running one
+        with ThreadPoolExecutor(1, "longconn", initializer=asyncio.set_event_loop, initargs=(self._loop,)) as thread:
+            served = thread.submit(self._serve)  # the thread's own loop is ours; the caller's is left alone
+        lark_ws_client.loop = module_loop  # not left on this connection's closed loop
+        served.result()  # the SDK's failure is raised here, in the caller
 
     def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)  # the SDK thread's own: it ends with the connection
         self._in_db_thread(
             connection_state_record,
             bot_pk=self.bot.pk,
