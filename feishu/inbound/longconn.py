@@ -207,14 +207,12 @@ class LongConnection:
 
     def run(self) -> None:
         """Connect and serve until `stop()`; raises when the SDK gives up (bad credentials, retries spent)."""
-        module_loop, self._loop = lark_ws_client.loop, asyncio.new_event_loop()
-        lark_ws_client.loop = self._loop  # the SDK's methods use its module-level loop, not the running one
+        # The SDK's methods use its module-level loop, not the running one: each connection sets its own there.
+        self._loop = lark_ws_client.loop = asyncio.new_event_loop()
         with ThreadPoolExecutor(1, "longconn", initializer=asyncio.set_event_loop, initargs=(self._loop,)) as thread:
-            served = thread.submit(self._serve)  # the thread's own loop is ours; the caller's is left alone
-        lark_ws_client.loop = module_loop  # not left on this connection's closed loop
-        served.result()  # the SDK's failure is raised here, in the caller
+            thread.submit(self._serve, self._loop).result()  # the SDK's failure is raised here, in the caller
 
-    def _serve(self) -> None:
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
         self._in_db_thread(
             connection_state_record,
             bot_pk=self.bot.pk,
@@ -228,7 +226,7 @@ class LongConnection:
             self._client = self.client_build()
             self._client.start()
         except RuntimeError as error:
-            if self._loop.is_running() or "Event loop stopped" not in str(error):
+            if loop.is_running() or "Event loop stopped" not in str(error):
                 raise  # not our stop()
         except Exception as error:
             failed = True
