@@ -59,8 +59,9 @@ PROCESS_THREADS = frozenset(
 
 
 def _child_processes() -> set[Holding]:
-    """The live child processes of this process (Linux /proc; nothing where it is absent). Zombies do not count:
-    a child that has exited holds no port and runs nothing."""
+    """The live child processes of this process (Linux /proc; nothing where it is absent), by command line. Zombies
+    do not count: a child that has exited holds no port and runs nothing. No pid: a session fixture's process that
+    a test restarts (the real Celery worker, after a test killed it) is still the fixture's."""
     found: set[Holding] = set()
     for children in Path("/proc/self/task").glob("*/children"):
         try:
@@ -74,7 +75,7 @@ def _child_processes() -> set[Holding]:
             except OSError:
                 continue  # exited between the two reads
             if stat.rpartition(")")[2].split()[0] != "Z":
-                found.add((CHILD_PROCESS, f"{pid} {command.strip()[:200]}"))
+                found.add((CHILD_PROCESS, command.strip()[:300]))
     return found
 
 
