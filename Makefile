@@ -44,6 +44,10 @@ connect: install
 	$(PY) manage.py feishu_connect
 
 # SQLite by default; against PostgreSQL + Redis (+ a real Celery worker) when DATABASE_URL/REDIS_URL are set.
+# One process, every test including the browser tests (run where /usr/bin/chromium exists, skipped otherwise);
+# tests/isolation.py fails any test that leaves a loop, thread, process or environment change behind.
+# In file order unless asked: PYTEST_ARGS='--random-order' shuffles (pytest-random-order; the seed is printed,
+# and --random-order-seed=N replays it).
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 

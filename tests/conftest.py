@@ -8,6 +8,8 @@ redefines it, so every admin test runs as the same kind of user.
 import pytest
 from rest_framework.test import APIClient
 
+pytest_plugins = ["tests.isolation"]  # no test leaves a loop, thread, process or environment change behind
+
 
 @pytest.fixture
 def api_client() -> APIClient:

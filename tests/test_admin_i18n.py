@@ -30,13 +30,25 @@ def _entries(po) -> dict[str, str]:
 
 
 def test_a3_makemessages_leaves_no_untranslated_or_fuzzy_entry(tmp_path, settings, monkeypatch):
-    # given: the committed catalogs, copied so that makemessages does not touch the tree
+    # given: the committed catalogs, copied so that makemessages does not touch the tree. makemessages writes a
+    # file's strings into the locale/ beside the directory it scans, whatever LOCALE_PATHS says, so it scans a
+    # directory of links to the source folders whose locale/ is the copy.
     shutil.copytree(ROOT / "locale", tmp_path / "locale")
+    for folder in ROOT.iterdir():
+        if folder.is_dir() and not folder.name.startswith(".") and folder.name not in [*MAKEMESSAGES_IGNORE, "locale"]:
+            (tmp_path / folder.name).symlink_to(folder, target_is_directory=True)
     settings.LOCALE_PATHS = [tmp_path / "locale"]
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(tmp_path)
 
     # when: the source is scanned again, as the integrator does after every merge
-    call_command("makemessages", locale=LOCALES, ignore_patterns=MAKEMESSAGES_IGNORE, no_obsolete=True, verbosity=0)
+    call_command(
+        "makemessages",
+        locale=LOCALES,
+        ignore_patterns=MAKEMESSAGES_IGNORE,
+        no_obsolete=True,
+        symlinks=True,
+        verbosity=0,
+    )
 
     # then
     problems = {}

@@ -7,11 +7,11 @@ frame's acknowledgement only after it returns, so the processor stores and retur
 within 3 s, the model call happens in a worker. A storage failure raises, the SDK acks with 500 and Feishu
 redelivers; a redelivery of a stored event hits the message_id constraint and is acknowledged once more.
 
-Why one process per app: the SDK keeps one module-level event loop (`lark_oapi.ws.client.loop`), so two
-clients in one process break (larksuite/oapi-sdk-python #119, #133). `LongConnectionSupervisor` (run by
-`manage.py feishu_connect`) keeps one child process per long-connection bot, restarts a dead one with
-backoff, and every FEISHU_LONG_CONNECTION_RECONCILE_SECONDS starts, stops or restarts children for bots
-enabled, disabled, switched to or from the long connection, or re-keyed in the admin.
+Why one process per app: the SDK keeps one module-level event loop (`lark_oapi.ws.client.loop`), so two clients
+in one process break (larksuite/oapi-sdk-python #119, #133); a connection runs a fresh one in a thread of its own,
+as the caller's thread may be running a loop already (issue 29). The supervisor (`manage.py feishu_connect`) keeps
+one child process per bot, restarts a dead one with backoff, and every FEISHU_LONG_CONNECTION_RECONCILE_SECONDS
+starts, stops or restarts children for bots enabled, disabled, switched to or from it, or re-keyed in the admin.
 
 Django's ORM refuses to run inside a running event loop, and the SDK's processor is called from one: every
 database access of a connection goes through one dedicated thread (`_db`), which also keeps its one DB
@@ -207,10 +207,12 @@ class LongConnection:
 
     def run(self) -> None:
         """Connect and serve until `stop()`; raises when the SDK gives up (bad credentials, retries spent)."""
-        # The SDK's module-level loop, replaced by a fresh one: a new connection in this thread starts clean.
-        self._loop = asyncio.new_event_loop()
-        lark_ws_client.loop = self._loop
-        asyncio.set_event_loop(self._loop)
+        # The SDK's methods use its module-level loop, not the running one: each connection sets its own there.
+        self._loop = lark_ws_client.loop = asyncio.new_event_loop()
+        with ThreadPoolExecutor(1, "longconn", initializer=asyncio.set_event_loop, initargs=(self._loop,)) as thread:
+            thread.submit(self._serve, self._loop).result()  # the SDK's failure is raised here, in the caller
+
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
         self._in_db_thread(
             connection_state_record,
             bot_pk=self.bot.pk,
@@ -224,7 +226,7 @@ class LongConnection:
             self._client = self.client_build()
             self._client.start()
         except RuntimeError as error:
-            if self._loop.is_running() or "Event loop stopped" not in str(error):
+            if loop.is_running() or "Event loop stopped" not in str(error):
                 raise  # not our stop()
         except Exception as error:
             failed = True

@@ -336,7 +336,8 @@ class SilentListener:
     def __init__(self) -> None:
         self.socket = socket.create_server(("127.0.0.1", 0))
         self.accepted: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
 
     def _accept(self) -> None:
         while True:
@@ -353,7 +354,10 @@ class SilentListener:
     def close(self) -> None:
         for connection in self.accepted:
             connection.close()
+        # close() alone leaves the accepting thread blocked in accept() for ever; shutdown() wakes it (Linux).
+        self.socket.shutdown(socket.SHUT_RDWR)
         self.socket.close()
+        self._accepting.join(timeout=5)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "streamable_http"])

@@ -2,7 +2,13 @@
 
 Chromium comes from apt (`apt-get install chromium`), never from `playwright install`: the machines have no
 network but the package registries. Without /usr/bin/chromium every test here is skipped with that reason, so
-`make test` passes on a laptop; `.ci/run` installs it and runs these after the unit suite (`make test-browser`).
+`make test` passes on a laptop; `.ci/run` installs it, and `make test` runs these with the rest of the suite.
+
+The invariant: a browser test leaves nothing behind for the tests after it. Playwright's sync API marks its
+event loop as this thread's running loop for as long as Playwright is started, and then any later test that
+runs an asyncio loop here fails ("Cannot run the event loop while another loop is running", issue 29). So
+Playwright, Chromium and the permission Django needs to run the ORM beside that loop live for one test module
+and are stopped and undone at its end (tests/isolation.py checks that nothing stays).
 
 Every page a test opens is watched: a console error or an uncaught exception fails the test at teardown.
 Screenshots go to BROWSER_SCREENSHOTS_DIR (default var/browser-screenshots/), which `.ci/run` prints.
@@ -32,10 +38,6 @@ SCREENSHOTS_DIR = Path(
 )
 ADMIN_PASSWORD = "browser-test-password-1"
 
-# Playwright's sync API runs an event loop in this thread; the ORM calls the tests make around it are
-# ordinary synchronous calls between page actions, which Django would otherwise refuse.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
@@ -46,14 +48,21 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"{CHROMIUM} is absent (apt-get install -y chromium)"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator:
+    """Chromium for one module's tests; Playwright is stopped (its loop closed, its driver ended) after them."""
+    # Lazy load of a heavy SDK: only a run that reaches a browser test pays for Playwright.
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        # Playwright's loop counts as running in this thread between page actions: the ORM calls the tests make
+        # there are ordinary synchronous calls, which Django would otherwise refuse. Undone with the module.
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 class WatchedPage:

@@ -18,9 +18,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
+
+from tests.stubs.http_server import StubHTTPServer
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 BOT_INFO_PATH = "/open-apis/bot/v3/info"
@@ -607,9 +609,8 @@ class FeishuStubServer:
 
     def __init__(self, stub: FeishuStub | None = None) -> None:
         self.stub = stub or FeishuStub()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = StubHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.stub = self.stub  # type: ignore[attr-defined]
-        self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

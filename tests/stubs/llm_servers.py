@@ -47,10 +47,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+
+from tests.stubs.http_server import StubHTTPServer
 
 APIS = ("openai_chat", "openai_responses", "anthropic", "gemini")
 
@@ -528,9 +530,7 @@ class LLMStubServer:
         self._queues: dict[str, collections.deque[StubResponse]] = {api: collections.deque() for api in APIS}
         self._responders: dict[str, Responder] = {}
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._server.block_on_close = False
+        self._server = StubHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, name="llm-stub", daemon=True)
 
     # lifecycle
