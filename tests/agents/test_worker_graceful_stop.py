@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 HONCHO_KILL_WAIT_SECONDS = 5  # honcho.manager.KILL_WAIT: SIGKILL follows the SIGTERM this much later
-SLOW_MODEL_SECONDS = 30
+SLOW_MODEL_SECONDS = 8  # longer than HONCHO_KILL_WAIT_SECONDS: the call is in flight all through the stop
 
 
 def procfile_worker_args() -> list[str]:
@@ -68,6 +68,7 @@ def test_i30_10_sigterm_mid_turn_hands_the_turn_back_at_once_and_the_reply_goes_
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Answered after the restart.")))
     turn_id, thread_id = rest_turn(llm_stub)
     wait_for(lambda: llm_stub.requests_for("openai_chat"), timeout=60, worker=prefork_worker, what="the model call")
+    called_at = time.monotonic()
     assert Turn.objects.get(pk=turn_id).status == Turn.Status.RUNNING
 
     # when: SIGTERM to the whole process group, as honcho stops it
@@ -104,3 +105,6 @@ def test_i30_10_sigterm_mid_turn_hands_the_turn_back_at_once_and_the_reply_goes_
     assert Turn.objects.get(pk=turn_id).attempts == 1
     # the interrupted call and the re-run's: a call the provider was still answering cannot be taken back
     assert len(llm_stub.requests_for("openai_chat")) == 2
+    # clean-up: the stub answers the abandoned call when its delay ends (its request thread then sees the closed
+    # socket and ends); wait for that, so no thread outlives this module (tests/isolation.py)
+    time.sleep(max(0.0, called_at + SLOW_MODEL_SECONDS + 1 - time.monotonic()))
