@@ -317,5 +317,16 @@ MODEL_STRINGS = frozenset(
         gettext_noop("method"),
         gettext_noop("path"),
         gettext_noop("body"),
+        # issue 25: chat commands, pins and clears
+        gettext_noop("/context clear all: the pins were removed too."),
+        gettext_noop("Open ids of the people who may run /context and /schedule here; empty: the mode decides."),
+        gettext_noop("cleared by"),
+        gettext_noop("command open ids"),
+        gettext_noop("e.g. Asia/Shanghai; empty: the hub's."),
+        gettext_noop("includes pins"),
+        gettext_noop("item"),
+        gettext_noop("pinned by"),
+        gettext_noop("through item id"),
+        gettext_noop("time zone"),
     }
 )

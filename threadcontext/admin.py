@@ -25,15 +25,25 @@ from core.admin import (
     related_links,
 )
 from threadcontext.explain import decision_explain_data
-from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
+from threadcontext.models import (
+    ContextClear,
+    ContextPin,
+    SessionBinding,
+    ThreadContextDecision,
+    ThreadContextItem,
+    ThreadEvent,
+    Workspace,
+)
 from threadcontext.selectors import workspace_cache_forget
 from threadcontext.trimming import (
     EXCLUDED_CHAR_BUDGET,
+    EXCLUDED_CLEARED,
     EXCLUDED_CURRENT_REQUEST,
     EXCLUDED_DUPLICATE,
     EXCLUDED_ITEM_LIMIT,
     EXCLUDED_NOT_IN_MODE,
     EXCLUDED_OWN_OUTPUT,
+    EXCLUDED_PIN_OVER_BUDGET,
     EXCLUDED_SLASH_COMMAND,
     ITEM_HUMAN_MESSAGE,
     MODE_SHARED,
@@ -55,6 +65,11 @@ EXCLUSION_SENTENCES = {
     EXCLUDED_SLASH_COMMAND: _("The request is a slash command, and a command carries no thread context."),
     EXCLUDED_CURRENT_REQUEST: _("The request's own message: it is sent as the question, not as context."),
     EXCLUDED_DUPLICATE: _("The same Feishu message is already selected as another kind of item."),
+    EXCLUDED_CLEARED: _("Someone sent /context clear after it: it stays stored but is no longer carried."),
+    EXCLUDED_PIN_OVER_BUDGET: _(
+        "Pinned, but the pins alone were over the limit of %(item_limit)s items or %(max_chars)s characters: "
+        "the newest pins were kept."
+    ),
 }
 THREAD_CONTEXT_OFF_SENTENCE = _(
     "Shared thread context is off here (the workspace's setting, or the hub's AMUX_FEISHU_SHARED_THREAD_ENABLED "
@@ -86,6 +101,8 @@ model_names(ThreadEvent, _("thread event"), _("thread events"))
 model_names(ThreadContextItem, _("thread context item"), _("thread context items"))
 model_names(ThreadContextDecision, _("context decision"), _("context decisions"))
 model_names(SessionBinding, _("session binding"), _("session bindings"))
+model_names(ContextPin, _("context pin"), _("context pins"))
+model_names(ContextClear, _("context clear"), _("context clears"))
 
 
 class WorkspaceFilter(admin.SimpleListFilter):
@@ -157,6 +174,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
             {"fields": ["related", "bot_profile", "chat_id", "name", "mode", "owner_open_id", "thread_context_limit"]},
         ),
         (_("Reply policy"), {"fields": ["reply_mode", "respond_to_at_all", "allowed_open_ids"]}),
+        (_("Chat commands"), {"fields": ["command_open_ids", "time_zone"]}),
         (_("Sessions and context"), {"fields": ["session_scope", "topic_root_enabled", "shared_thread_enabled"]}),
         (
             _("From Feishu"),
@@ -228,6 +246,24 @@ class ThreadContextItemAdmin(AuditAdmin):
     @admin.display(description=_("text"))
     def preview(self, obj: ThreadContextItem) -> str:
         return text_preview(obj.text)
+
+
+@admin.register(ContextPin)
+class ContextPinAdmin(AuditAdmin):
+    """K2: who pinned what for which bot's conversation (people pin and unpin from the chat)."""
+
+    list_display = ["id", "created_at", "bot_profile", "chat_id", "root_msg_id", "message_id", "item", "pinned_by"]
+    list_filter = ["bot_profile"]
+    search_fields = ["root_msg_id", "message_id", "chat_id"]
+
+
+@admin.register(ContextClear)
+class ContextClearAdmin(AuditAdmin):
+    """K1: each `/context clear`: the items up to `through_item_id` are left out from then on (none deleted)."""
+
+    list_display = ["id", "created_at", "bot_profile", "chat_id", "root_msg_id", "through_item_id", "includes_pins"]
+    list_filter = ["bot_profile", "includes_pins"]
+    search_fields = ["root_msg_id", "chat_id"]
 
 
 @admin.register(ThreadContextDecision)

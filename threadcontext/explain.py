@@ -101,6 +101,14 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
             f"char_budget={diagnostics.get('trimmed_by_char_budget', 0)} (budget {diagnostics.get('max_chars', '?')})"
         ),
     ]
+    if diagnostics.get("cleared_through_id"):
+        lines.append(
+            f"cleared:       /context clear: items up to {diagnostics['cleared_through_id']} are left out "
+            f"({diagnostics.get('trimmed_by_clear', 0)} here)"
+        )
+    if diagnostics.get("pins_over_budget_ids"):
+        left_out = ", ".join(str(item_id) for item_id in diagnostics["pins_over_budget_ids"])
+        lines.append(f"pins:          over the budget, the newest pins won; left out: {left_out}")
     if diagnostics.get("is_slash_command"):
         lines.append("note:          slash command: no context is carried")
     elif diagnostics.get("thread_context_enabled") is False:
@@ -113,12 +121,13 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
                 str(item["id"]),
                 item["item_type"],
                 item["source"] + (" (truncated)" if item.get("truncated") else ""),
+                item.get("reason", "recent"),
                 str(item["chars"]),
                 text_preview(item["preview"], PREVIEW_WIDTH),
             ]
             for item in data["selected"]
         ]
-        lines.extend(text_table(["id", "type", "source", "chars", "preview"], rows))
+        lines.extend(text_table(["id", "type", "source", "reason", "chars", "preview"], rows))
     else:
         lines.append("(none)")
     lines.append("")

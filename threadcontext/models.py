@@ -8,6 +8,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from core.timezones import time_zone_is_known
+
 # G1: the root key of an ordinary group's main timeline. Un-addressed top-level messages (no thread_id) of a chat
 # whose mode is not "topic" are recorded, woken, judged and answered under this key, so the collector, the
 # selector, the judge's transcript, the discuss wake and an @ in the main timeline all read one timeline per chat.
@@ -49,6 +51,15 @@ class Workspace(models.Model):
         blank=True,
         help_text="Open ids of the people who may trigger the bot here; empty: everyone (owner_only still applies).",
     )
+    # Issue 25 (K1): who may run the chat commands (/context ..., /schedule ...). Empty: the mode decides
+    # (owner_only: the owner; shared: anyone in the group); otherwise exactly these open ids.
+    command_open_ids = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Open ids of the people who may run /context and /schedule here; empty: the mode decides.",
+    )
+    # K4: the time zone of /schedule times here ("" = the hub's TIME_ZONE).
+    time_zone = models.CharField(max_length=64, blank=True, help_text="e.g. Asia/Shanghai; empty: the hub's.")
     # G1: the chat's mode from im.v1.chat.get, read once ("" = not known yet).
     chat_mode = models.CharField(max_length=16, blank=True)
     group_message_type = models.CharField(max_length=16, blank=True)
@@ -72,6 +83,14 @@ class Workspace(models.Model):
         if not isinstance(ids, list) or not all(isinstance(value, str) and value.strip() for value in ids):
             raise ValidationError({"allowed_open_ids": 'A JSON list of open ids, e.g. ["ou_1234"]; [] for everyone.'})
         self.allowed_open_ids = [value.strip() for value in ids]
+        commanders = self.command_open_ids
+        if not isinstance(commanders, list) or not all(
+            isinstance(value, str) and value.strip() for value in commanders
+        ):
+            raise ValidationError({"command_open_ids": 'A JSON list of open ids, e.g. ["ou_1234"]; [] for the mode.'})
+        self.command_open_ids = [value.strip() for value in commanders]
+        if self.time_zone and not time_zone_is_known(self.time_zone):
+            raise ValidationError({"time_zone": "An IANA time zone name, e.g. Asia/Shanghai; empty for the hub's."})
 
     @property
     def is_chat_mode_known(self) -> bool:
@@ -216,3 +235,52 @@ class SessionBinding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.bot_profile}:{self.chat_id}:{self.scope_key}"
+
+
+class ContextPin(models.Model):
+    """K2: an item a person pinned for one bot's conversation (chat + timeline key); selected first, never trimmed."""
+
+    bridge_id = models.CharField(max_length=64)
+    bot_profile = models.CharField(max_length=64)
+    chat_id = models.CharField(max_length=64)
+    root_msg_id = models.CharField(max_length=64)
+    message_id = models.CharField(max_length=64)
+    item = models.ForeignKey(ThreadContextItem, on_delete=models.CASCADE, related_name="pins")
+    pinned_by = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bridge_id", "chat_id", "root_msg_id", "message_id"], name="contextpin_unique_message"
+            ),
+        ]
+        indexes = [
+            # The selector's pin branch and `/context pins`: one conversation's pins, newest first.
+            models.Index(fields=["bridge_id", "chat_id", "root_msg_id", "-id"], name="contextpin_conversation"),
+            models.Index(fields=["item", "bridge_id"], name="contextpin_item"),
+        ]
+
+    def __str__(self) -> str:
+        return f"pin {self.message_id}"
+
+
+class ContextClear(models.Model):
+    """K1: `/context clear`: items up to `through_item_id` are excluded as `cleared` from now on (none deleted)."""
+
+    bridge_id = models.CharField(max_length=64)
+    bot_profile = models.CharField(max_length=64)
+    chat_id = models.CharField(max_length=64)
+    root_msg_id = models.CharField(max_length=64)
+    through_item_id = models.BigIntegerField(default=0)
+    includes_pins = models.BooleanField(default=False, help_text="/context clear all: the pins were removed too.")
+    cleared_by = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["bridge_id", "chat_id", "root_msg_id", "-id"], name="contextclear_conversation"),
+        ]
+
+    def __str__(self) -> str:
+        return f"clear through {self.through_item_id}"

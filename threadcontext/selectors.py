@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -9,10 +10,17 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from core.exceptions import NotFoundError
-from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
+from threadcontext.models import (
+    ContextClear,
+    ContextPin,
+    ThreadContextDecision,
+    ThreadContextItem,
+    ThreadEvent,
+    Workspace,
+)
 from threadcontext.trimming import (
     MODE_OWNER_ONLY,
     MODE_SHARED,
@@ -114,15 +122,33 @@ _CANDIDATE_COLUMNS = ("id", "item_type", "bridge_id", "message_id", "author_labe
 ELIGIBLE_SLACK = 2
 # Ruled-out rows are read only to explain them, newest first and bounded; older ones are simply not listed.
 RULED_OUT_LIMIT = 20
+# K2: at most this many pins per conversation (`/context pin` refuses more); the pin branch reads them all.
+MAX_PINS = 50
 
 
-def _newest_sql(queryset: QuerySet, limit: int) -> tuple[str, tuple]:
-    sliced = queryset.order_by("-id").values_list(*_CANDIDATE_COLUMNS)[:limit]
+def _steering_annotations(*, bridge_id: str, chat_id: str, root_msg_id: str) -> dict:
+    """Issue 25: each candidate row carries its pin (this bot's pin id, or NULL) and the conversation's newest
+    clear boundary, so pins and clears ride in the selector's one query (an index lookup each, per bounded row)."""
+    pin = ContextPin.objects.filter(item_id=OuterRef("id"), bridge_id=bridge_id).values("id")[:1]
+    clear = (
+        ContextClear.objects.filter(bridge_id=bridge_id, chat_id=chat_id, root_msg_id=root_msg_id)
+        .order_by("-id")
+        .values("through_item_id")[:1]
+    )
+    return {"pin_order": Subquery(pin), "cleared_through": Subquery(clear)}
+
+
+def _newest_sql(queryset: QuerySet, limit: int, annotations: dict) -> tuple[str, tuple]:
+    sliced = (
+        queryset.annotate(**annotations).order_by("-id").values_list(*_CANDIDATE_COLUMNS, *annotations.keys())[:limit]
+    )
     sql, params = sliced.query.sql_with_params()
     return sql, tuple(params)
 
 
-def _candidate_branches(*, bridge_id: str, mode: str, item_limit: int) -> list[tuple[Q, int]]:
+def _candidate_branches(
+    *, bridge_id: str, chat_id: str, root_msg_id: str, mode: str, item_limit: int
+) -> list[tuple[Q, int]]:
     """(filter, LIMIT) per branch of the candidate query, in the order they are unioned."""
     window = item_limit + ELIGIBLE_SLACK
     topic_root = ThreadContextItem.ItemType.TOPIC_ROOT
@@ -137,6 +163,9 @@ def _candidate_branches(*, bridge_id: str, mode: str, item_limit: int) -> list[t
         branches.append((Q(item_type=human, bridge_id=bridge_id), window))
     else:
         branches.append((Q(item_type=human, bridge_id=bridge_id), RULED_OUT_LIMIT))
+    # K2: this bot's pins in this conversation, however old (read from the pin table's conversation index).
+    pins = ContextPin.objects.filter(bridge_id=bridge_id, chat_id=chat_id, root_msg_id=root_msg_id)
+    branches.append((Q(id__in=Subquery(pins.order_by("-id").values("item_id")[:MAX_PINS])), MAX_PINS))
     return branches
 
 
@@ -152,18 +181,28 @@ def _candidates_sql(*, vendor: str, mode: str, item_limit: int) -> tuple[str, tu
     thread = ThreadContextItem.objects.filter(chat_id=_CHAT_ID, root_msg_id=_ROOT_MSG_ID)
     parts: list[str] = []
     params: tuple = ()
-    for index, (branch, limit) in enumerate(
-        _candidate_branches(bridge_id=_BRIDGE_ID, mode=mode, item_limit=item_limit)
-    ):
-        branch_sql, branch_params = _newest_sql(thread.filter(branch), limit)
+    annotations = _steering_annotations(bridge_id=_BRIDGE_ID, chat_id=_CHAT_ID, root_msg_id=_ROOT_MSG_ID)
+    branches = _candidate_branches(
+        bridge_id=_BRIDGE_ID, chat_id=_CHAT_ID, root_msg_id=_ROOT_MSG_ID, mode=mode, item_limit=item_limit
+    )
+    for index, (branch, limit) in enumerate(branches):
+        branch_sql, branch_params = _newest_sql(thread.filter(branch), limit, annotations)
         parts.append(f"SELECT * FROM ({branch_sql}) branch_{index}")
         params += branch_params
     return " UNION ALL ".join(parts), params
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """What the selector's one query read: the candidate items (each once) and the conversation's clear boundary."""
+
+    items: list[CandidateItem]
+    cleared_through_id: int = 0
+
+
 def context_candidates_load(
     *, bridge_id: str, mode: str, chat_id: str, root_msg_id: str, item_limit: int
-) -> list[CandidateItem]:
+) -> Candidates:
     """The selector's ONE query (a UNION ALL of bounded newest-first branches, see above); any order out."""
     sql, shape_params = _candidates_sql(vendor=connection.vendor, mode=mode, item_limit=item_limit)
     values = {_CHAT_ID: chat_id, _ROOT_MSG_ID: root_msg_id, _BRIDGE_ID: bridge_id}
@@ -171,22 +210,25 @@ def context_candidates_load(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    candidates = []
-    for item_id, item_type, item_bridge, message_id, author_label, text, metadata in rows:
+    candidates: dict[int, CandidateItem] = {}
+    cleared_through_id = 0
+    for item_id, item_type, item_bridge, message_id, author_label, text, metadata, pin_id, cleared in rows:
+        cleared_through_id = max(cleared_through_id, int(cleared or 0))
+        if item_id in candidates:  # a pinned item is also read by its type's branch
+            continue
         if isinstance(metadata, str):  # SQLite hands JSON back as text; PostgreSQL's driver decodes jsonb
             metadata = json.loads(metadata or "{}")
-        candidates.append(
-            CandidateItem(
-                id=item_id,
-                item_type=item_type,
-                bridge_id=item_bridge,
-                message_id=message_id,
-                author_label=author_label,
-                text=text,
-                truncated=bool((metadata or {}).get("truncated")),
-            )
+        candidates[item_id] = CandidateItem(
+            id=item_id,
+            item_type=item_type,
+            bridge_id=item_bridge,
+            message_id=message_id,
+            author_label=author_label,
+            text=text,
+            truncated=bool((metadata or {}).get("truncated")),
+            pin_order=int(pin_id or 0),
         )
-    return candidates
+    return Candidates(items=list(candidates.values()), cleared_through_id=cleared_through_id)
 
 
 @dataclass(frozen=True)
@@ -235,8 +277,8 @@ def context_package_build(*, request: ContextRequest, max_chars: int | None = No
         item_limit=selection_request.item_limit,
     )
     return select_context(
-        candidates=candidates,
-        request=selection_request,
+        candidates=candidates.items,
+        request=dataclasses.replace(selection_request, cleared_through_id=candidates.cleared_through_id),
         chat_id=request.chat_id,
         root_msg_id=request.root_msg_id,
         request_text=request.request_text,

@@ -34,6 +34,13 @@ EXCLUDED_SLASH_COMMAND = "slash_command"  # the request is a slash command: it c
 # that bot's recorded agent_output).
 EXCLUDED_CURRENT_REQUEST = "current_request"
 EXCLUDED_DUPLICATE = "duplicate"
+# Issue 25: `/context clear` excluded it (it stays stored; explain shows it); pins alone were over the budget and
+# this pin is older than the ones that fit (K2: the newest pins win).
+EXCLUDED_CLEARED = "cleared"
+EXCLUDED_PIN_OVER_BUDGET = "pin_over_budget"
+# Why a selected item was selected when it is not simply among the newest: a person pinned it (K2).
+SELECTED_PINNED = "pinned"
+SELECTED_RECENT = "recent"
 
 EXCLUSION_REASONS = (
     EXCLUDED_OWN_OUTPUT,
@@ -43,6 +50,8 @@ EXCLUSION_REASONS = (
     EXCLUDED_SLASH_COMMAND,
     EXCLUDED_CURRENT_REQUEST,
     EXCLUDED_DUPLICATE,
+    EXCLUDED_CLEARED,
+    EXCLUDED_PIN_OVER_BUDGET,
 )
 
 PREVIEW_CHARS = 80
@@ -59,6 +68,12 @@ class CandidateItem:
     author_label: str
     text: str
     truncated: bool = False
+    # The pin's id when a person pinned it for this conversation (newer pins have larger ids), else 0.
+    pin_order: int = 0
+
+    @property
+    def pinned(self) -> bool:
+        return self.pin_order > 0
 
     @property
     def source(self) -> str:
@@ -83,6 +98,11 @@ class SelectedItem:
     text: str
     chars: int
     truncated: bool
+    pinned: bool = False
+
+    @property
+    def reason(self) -> str:
+        return SELECTED_PINNED if self.pinned else SELECTED_RECENT
 
     @property
     def line(self) -> str:
@@ -114,6 +134,8 @@ class SelectionRequest:
     message_id: str = ""
     # False when the workspace's effective shared_thread_enabled is off: nothing is injected (not_in_mode).
     thread_context_enabled: bool = True
+    # `/context clear`: eligible items with an id up to this one are excluded as `cleared` (0: never cleared).
+    cleared_through_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -181,16 +203,24 @@ def _rule_exclusion(item: CandidateItem, request: SelectionRequest) -> str | Non
 
 
 def _eligible_newest_first(
-    *, ordered: list[CandidateItem], request: SelectionRequest, excluded: dict[int, ExcludedItem]
+    *,
+    ordered: list[CandidateItem],
+    request: SelectionRequest,
+    excluded: dict[int, ExcludedItem],
+    seen_messages: set[str],
 ) -> list[CandidateItem]:
-    """The candidates the rules allow, newest first; every other one goes into `excluded` with its reason."""
+    """The candidates the rules allow, newest first; every other one goes into `excluded` with its reason.
+
+    `seen_messages`: the Feishu messages already selected (the pins): another copy of one is a duplicate.
+    """
     eligible: list[CandidateItem] = []
-    seen_messages: set[str] = set()
     # Walk newest first so that, among copies of one Feishu message, the newest-written copy wins.
     for item in reversed(ordered):
         reason = _rule_exclusion(item, request)
         if reason is None and item.message_id and item.message_id in seen_messages:
             reason = EXCLUDED_DUPLICATE
+        if reason is None and item.id <= request.cleared_through_id:
+            reason = EXCLUDED_CLEARED  # after the rules: an own output stays `own_output`, whatever was cleared
         if reason is not None:
             excluded[item.id] = _excluded(item, reason)
             continue
@@ -200,8 +230,46 @@ def _eligible_newest_first(
     return eligible
 
 
+def _selected(item: CandidateItem) -> SelectedItem:
+    return SelectedItem(
+        id=item.id,
+        item_type=item.item_type,
+        source=item.source,
+        text=item.text,
+        chars=item.chars,
+        truncated=item.truncated,
+        pinned=item.pinned,
+    )
+
+
+def _pins_select(
+    *, pinned: list[CandidateItem], request: SelectionRequest, excluded: dict[int, ExcludedItem]
+) -> list[CandidateItem]:
+    """K2: the pins that fit the item limit and the char budget, newest pin first; older pins past that point are
+    excluded as `pin_over_budget` (explain names them). A pin overrides the mode rules (a person chose it) but not
+    a slash command (which carries nothing) nor being the request itself."""
+    kept: list[CandidateItem] = []
+    used_chars = 0
+    over = False
+    for item in sorted(pinned, key=lambda candidate: candidate.pin_order, reverse=True):
+        if request.message_id and item.message_id == request.message_id:
+            excluded[item.id] = _excluded(item, EXCLUDED_CURRENT_REQUEST)
+            continue
+        over = over or len(kept) >= request.item_limit or used_chars + item.chars > request.max_chars
+        if over:
+            excluded[item.id] = _excluded(item, EXCLUDED_PIN_OVER_BUDGET)
+            continue
+        kept.append(item)
+        used_chars += item.chars
+    return kept
+
+
 def _trim_to_limits(
-    *, eligible_newest_first: list[CandidateItem], request: SelectionRequest, excluded: dict[int, ExcludedItem]
+    *,
+    eligible_newest_first: list[CandidateItem],
+    item_limit: int,
+    max_chars: int,
+    excluded: dict[int, ExcludedItem],
 ) -> tuple[SelectedItem, ...]:
     """The newest contiguous run that fits both limits, oldest first; the rest go into `excluded`.
 
@@ -212,26 +280,16 @@ def _trim_to_limits(
     trim_reason: str | None = None
     for item in eligible_newest_first:
         if trim_reason is None:
-            if len(kept_newest_first) >= request.item_limit:
+            if len(kept_newest_first) >= item_limit:
                 trim_reason = EXCLUDED_ITEM_LIMIT
-            elif used_chars + item.chars > request.max_chars:
+            elif used_chars + item.chars > max_chars:
                 trim_reason = EXCLUDED_CHAR_BUDGET
         if trim_reason is not None:
             excluded[item.id] = _excluded(item, trim_reason)
             continue
         kept_newest_first.append(item)
         used_chars += item.chars
-    return tuple(
-        SelectedItem(
-            id=item.id,
-            item_type=item.item_type,
-            source=item.source,
-            text=item.text,
-            chars=item.chars,
-            truncated=item.truncated,
-        )
-        for item in reversed(kept_newest_first)
-    )
+    return tuple(_selected(item) for item in reversed(kept_newest_first))
 
 
 def _diagnostics(
@@ -258,6 +316,10 @@ def _diagnostics(
         "trimmed_by_item_limit": reason_counts.get(EXCLUDED_ITEM_LIMIT, 0),
         "trimmed_by_char_budget": reason_counts.get(EXCLUDED_CHAR_BUDGET, 0),
         "truncated_item_ids": [item.id for item in selected if item.truncated],
+        "pinned_item_ids": [item.id for item in selected if item.pinned],
+        "pins_over_budget_ids": [item.id for item in excluded if item.reason == EXCLUDED_PIN_OVER_BUDGET],
+        "cleared_through_id": request.cleared_through_id,
+        "trimmed_by_clear": reason_counts.get(EXCLUDED_CLEARED, 0),
         "thread_context_enabled": request.thread_context_enabled,
         "is_slash_command": request.is_slash_command,
     }
@@ -272,11 +334,25 @@ def select_context(
     request_text: str = "",
     target_id: str = "",
 ) -> ContextPackage:
-    """Choose the context for one request. Deterministic: same candidates and request, same package."""
+    """Choose the context for one request. Deterministic: same candidates and request, same package.
+
+    Pinned items come first (oldest pin's item first), then the newest raw items within what the pins left of
+    the item limit and the char budget.
+    """
     ordered = sorted(candidates, key=lambda item: item.id)
     excluded: dict[int, ExcludedItem] = {}
-    eligible = _eligible_newest_first(ordered=ordered, request=request, excluded=excluded)
-    selected = _trim_to_limits(eligible_newest_first=eligible, request=request, excluded=excluded)
+    pinned = [item for item in ordered if item.pinned] if not request.is_slash_command else []
+    pins = _pins_select(pinned=pinned, request=request, excluded=excluded)
+    pinned_ids = {item.id for item in pinned}
+    seen_messages = {item.message_id for item in pins if item.message_id}
+    rest = [item for item in ordered if item.id not in pinned_ids]
+    eligible = _eligible_newest_first(ordered=rest, request=request, excluded=excluded, seen_messages=seen_messages)
+    selected = tuple(_selected(item) for item in sorted(pins, key=lambda item: item.id)) + _trim_to_limits(
+        eligible_newest_first=eligible,
+        item_limit=max(0, request.item_limit - len(pins)),
+        max_chars=max(0, request.max_chars - sum(item.chars for item in pins)),
+        excluded=excluded,
+    )
     excluded_items = tuple(excluded[item_id] for item_id in sorted(excluded))
     return ContextPackage(
         chat_id=chat_id,
@@ -292,7 +368,7 @@ def select_context(
         diagnostics=_diagnostics(
             request=request,
             candidate_count=len(ordered),
-            eligible_count=len(eligible),
+            eligible_count=len(eligible) + len(pins),
             selected=selected,
             excluded=excluded_items,
         ),

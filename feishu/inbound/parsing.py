@@ -21,7 +21,8 @@ from typing import Any
 
 from threadcontext.models import MAIN_TIMELINE_KEY
 
-SLASH_COMMANDS = ("/new", "/help")
+# Issue 25 added /context and /schedule (feishu.commands); each is handled, never recorded as context.
+SLASH_COMMANDS = ("/new", "/help", "/context", "/schedule")
 # What the hub learned about a stored event beside Feishu's own payload (routing writes it before any turn or
 # wake reads the event): {"chat_is_topic": bool}, from the workspace's cached im.v1.chat.get (G1).
 HUB_ANNOTATIONS_KEY = "amux"
@@ -356,7 +357,7 @@ def message_parse(payload: dict[str, Any]) -> ParsedMessage | None:
 
 
 def slash_command(text: str) -> str:
-    """ "/new" or "/help" when the text (without mention keys) is that command, else ""."""
+    """The command word (one of SLASH_COMMANDS) the text (without mention keys) starts with, else ""."""
     words = text.strip().split()
     if words and words[0].lower() in SLASH_COMMANDS:
         return words[0].lower()

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
-from feishu.channel.sessions import session_retire
 from feishu.channel.turn_channel import feishu_turn_start
+from feishu.commands.dispatch import chat_command_handle
 from feishu.discuss.wake import discuss_wake_schedule, discuss_wakes_absorb, discuss_wakes_forget_message
 from feishu.inbound.intake import (
     EventFinish,
@@ -18,8 +18,6 @@ from feishu.inbound.intake import (
     inbound_event_release_for_retry,
 )
 from feishu.inbound.messages import (
-    HELP_TEXT,
-    NEW_SESSION_TEXT,
     bot_secrets,
     inbound_message_build,
     message_is_own_echo,
@@ -29,7 +27,7 @@ from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_p
 from feishu.models import InboundEvent
 from feishu.outbound import reads as feishu_reads
 from feishu.outbound.api_errors import FeishuApiError
-from feishu.outbound.delivery import feishu_notice_send, message_is_bot_output
+from feishu.outbound.delivery import message_is_bot_output
 from threadcontext.models import Workspace
 from threadcontext.selectors import workspace_cached_get
 from threadcontext.services import (
@@ -108,20 +106,9 @@ def bot_open_id_ensure(*, bot: Bot) -> str:
     return open_id
 
 
-def _command_handle(*, bot: Bot, parsed: ParsedMessage, command: str) -> RouteResult:
-    if command == "/new":
-        session_retire(bot=bot, parsed=parsed)
-        text = NEW_SESSION_TEXT
-    else:
-        text = HELP_TEXT
-    feishu_notice_send(
-        bot=bot,
-        chat_id=parsed.chat_id,
-        reply_to_message_id=parsed.message_id,
-        reply_in_thread=parsed.is_in_topic,
-        text=text,
-        purpose=f"command{command}",
-    )
+def _command_handle(*, bot: Bot, parsed: ParsedMessage, workspace: Workspace | None) -> RouteResult:
+    """A command addressed to the bot (feishu.commands): answered once; no turn, no context recorded."""
+    chat_command_handle(bot=bot, parsed=parsed, workspace=workspace)
     return RouteResult(ROUTE_COMMAND)
 
 
@@ -194,7 +181,7 @@ def _direct_message_route(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, 
     if parsed.sender_type != "user":
         return RouteResult(IGNORED_OTHER_APP)
     if command:
-        return _command_handle(bot=bot, parsed=parsed, command=command)
+        return _command_handle(bot=bot, parsed=parsed, workspace=None)
     message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot_open_id)
     turn = feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DM)
     return RouteResult(ROUTE_TURN, turn)
@@ -217,7 +204,7 @@ def _group_message_route(
         message = dataclasses.replace(message, is_this_bot_addressed=True)
     addressed = message.is_this_bot_addressed
     if command and addressed:
-        return _command_handle(bot=bot, parsed=parsed, command=command)
+        return _command_handle(bot=bot, parsed=parsed, workspace=workspace)
 
     recorded = thread_event_record_inbound(message=message, workspace=workspace, secrets=bot_secrets(bot))
     if parsed.sender_type != "user":

@@ -246,6 +246,7 @@ def feishu_notice_send(
     text: TranslatableText,
     purpose: str,
     source_key: str = "",
+    reply_format: ReplyFormat = "text",
 ) -> list[OutboundDelivery]:
     """A short bridge notice (help, "start a new topic", quoted read failed): no turn, same uuid discipline.
 
@@ -253,7 +254,7 @@ def feishu_notice_send(
     there is none), so no Feishu call ever holds a transaction open, and a rolled-back caller sends nothing.
     A send Feishu refuses stays on its row (failed) and `notices_sweep` retries it under the same uuid.
     `source_key` names what the notice is about when it replies to no message (an automation run): one notice per
-    (source, purpose), never one per chat.
+    (source, purpose), never one per chat. `reply_format`: a command's card (`/context show`) is a markdown card.
     """
     rows = deliveries_prepare(
         outgoing=OutgoingText(
@@ -265,6 +266,7 @@ def feishu_notice_send(
             text=bot_text(bot=bot, text=text),  # the bridge's fixed texts speak the bot's language (A3)
             source_message_id=source_key or reply_to_message_id or chat_id,
             purpose=purpose,
+            reply_format=reply_format,
         )
     )
     transaction.on_commit(lambda: notices_deliver(deliveries=rows))

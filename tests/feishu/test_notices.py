@@ -12,10 +12,11 @@ from django.utils import timezone
 
 from agents.models import Turn
 from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
-from feishu.inbound.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
+from feishu.inbound.messages import NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from feishu.models import InboundEvent, OutboundDelivery
 from feishu.outbound import client as feishu_client
 from feishu.tasks import inbound_events_sweep
+from tests.feishu.commands_helpers import full_help
 from threadcontext.models import Workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,7 +48,7 @@ def test_f6_help_notice_and_bot_info_lookup_run_outside_transactions(feishu, mak
     # then: bot/v3/info once, chat.get once (G1), the help reply once, none inside a transaction
     assert response.status_code == 200
     assert feishu_calls == [("bot.info", False), ("chat.get", False), ("message.reply", False)]
-    assert _sent_texts(feishu.stub) == [HELP_TEXT]
+    assert _sent_texts(feishu.stub) == [full_help(bot)]
     assert InboundEvent.objects.get().status == InboundEvent.Status.DONE
 
 
@@ -91,7 +92,7 @@ def test_f3_a_refused_notice_is_kept_and_sent_once_by_the_sweeper(feishu, make_f
     first, second = inbound_events_sweep.delay().get(), inbound_events_sweep.delay().get()
     # then: sent once, with the row's fixed uuid
     assert (first, second) == (1, 0)
-    assert _sent_texts(feishu.stub) == [HELP_TEXT]
+    assert _sent_texts(feishu.stub) == [full_help(bot)]
     refused, sent = feishu.stub.requests_to("reply")
     assert (refused.body["uuid"], sent.body["uuid"]) == (row.uuid, row.uuid)
     assert OutboundDelivery.objects.get().status == "sent"

@@ -8,10 +8,11 @@ import pytest
 from agents.models import Bot, Turn
 from core.redaction import REDACTED
 from feishu.channel.turn_channel import QUOTED_READ_FAILED_TEXT
-from feishu.inbound.messages import HELP_TEXT, NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
+from feishu.inbound.messages import NEW_SESSION_TEXT, RETIRED_SESSION_TEXT
 from feishu.inbound.parsing import message_parse, text_chunks
 from feishu.inbound.signing import message_event_payload
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
+from tests.feishu.commands_helpers import full_help
 from tests.feishu.conftest import bot_open_id, fixture_payload
 from threadcontext.models import SessionBinding, ThreadContextDecision, ThreadEvent, Workspace
 
@@ -102,7 +103,7 @@ def test_help_command_answers_with_help_and_starts_no_turn(feishu, make_feishu_b
 
     feishu.say(bot, text="/help", mention=[bot])
 
-    assert _sent_texts(feishu.stub) == [HELP_TEXT]
+    assert _sent_texts(feishu.stub) == [full_help(bot)]
     assert Turn.objects.count() == 0
     assert ThreadEvent.objects.count() == 0  # C5: a slash command carries and records no context
 

@@ -102,10 +102,11 @@ def test_c12_explain_summary_shows_the_latest_decision_as_a_table(scenario):
         f"prompt chars:  {len(decision.prompt_preview)}",
     ]
     table_start = lines.index("selected items (2):")
-    assert lines[table_start + 1].split() == ["id", "type", "source", "chars", "preview"]
-    assert lines[table_start + 3].split()[1:4] == [
+    assert lines[table_start + 1].split() == ["id", "type", "source", "reason", "chars", "preview"]
+    assert lines[table_start + 3].split()[1:5] == [
         "topic_root",
         "Alice",
+        "recent",  # issue 25: why it was selected (a pinned item says "pinned")
         str(len("Alice: 我想做一个 H5 贪吃蛇游戏") + 1),
     ]
     assert lines[table_start + 4].split()[1:3] == ["agent_output", "planner/planner-h5"]

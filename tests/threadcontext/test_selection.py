@@ -178,6 +178,8 @@ def test_c11_exclusion_reasons_are_a_fixed_set_of_constants():
         "slash_command",
         "current_request",
         "duplicate",
+        "cleared",
+        "pin_over_budget",
     )
 
 

@@ -30,6 +30,8 @@ def context_decision_record(*, package: ContextPackage, prompt_preview: str) -> 
                 "chars": item.chars,
                 "preview": item.preview,
                 "truncated": item.truncated,
+                # K2: "pinned" (a person pinned it) or "recent" (among the newest that fit)
+                "reason": item.reason,
             }
             for item in package.selected
         ],
