@@ -14,6 +14,7 @@ from agents.models import Bot
 from feishu.channel.sessions import session_retire
 from feishu.commands import texts
 from feishu.commands.context import CommandReply, context_command_run
+from feishu.commands.exports import context_export_send
 from feishu.commands.grammar import CONTEXT_EXPORT, chat_command_parse
 from feishu.commands.permissions import command_permission
 from feishu.inbound.messages import NEW_SESSION_TEXT
@@ -37,16 +38,22 @@ def _reply_for(*, bot: Bot, parsed: ParsedMessage, workspace: Workspace | None) 
     if not permission.allowed:
         logger.info("chat command refused", extra={"bot": bot.slug, "command": command.name, "who": permission.who})
         return CommandReply(texts.refusal_text(permission=permission, command=command.word))
-    if command.word == "/context" and command.action != CONTEXT_EXPORT:
+    if command.word == "/context" and command.action == CONTEXT_EXPORT:
+        return context_export_send(bot=bot, parsed=parsed, workspace=workspace)
+    if command.word == "/context":
         return context_command_run(bot=bot, parsed=parsed, workspace=workspace, command=command)
     return CommandReply(str(texts.UNKNOWN_COMMAND))
 
 
 def chat_command_handle(*, bot: Bot, parsed: ParsedMessage, workspace: Workspace | None) -> None:
-    """Answer one command addressed to the bot with one short reply (a card for `/context show`)."""
+    """Answer one command addressed to the bot with one short reply (a card for `/context show`, a file for
+    `/context export`)."""
     with translation.override(bot.language):
         reply = _reply_for(bot=bot, parsed=parsed, workspace=workspace)
     command = chat_command_parse(parsed.text_without_mention_keys())
+    if not reply.text:  # the command sends its own answer (the export's file)
+        logger.info("chat command answered", extra={"bot": bot.slug, "command": command.name})
+        return
     feishu_notice_send(
         bot=bot,
         chat_id=parsed.chat_id,

@@ -118,6 +118,8 @@ from lark_oapi.api.cardkit.v1 import (  # noqa: E402
 )
 from lark_oapi.api.im.service import ImService  # noqa: E402
 from lark_oapi.api.im.v1 import (  # noqa: E402
+    CreateFileRequest,
+    CreateFileRequestBody,
     CreateMessageReactionRequest,
     CreateMessageReactionRequestBody,
     CreateMessageRequest,
@@ -173,6 +175,8 @@ __all__ = [
     "CardkitService",
     "Config",
     "ContentCardElementRequest",
+    "CreateFileRequest",
+    "CreateFileRequestBody",
     "ContentCardElementRequestBody",
     "CreateCardRequest",
     "CreateCardRequestBody",

@@ -8,6 +8,7 @@ of the same message (F3). A reaction is the receipt of R1. Each call goes throug
 Imports lark-oapi at its top: registered as a lazy module in feishu/__init__.py (LARK_MODULES).
 """
 
+import io
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from agents.models import Bot
 from feishu.outbound import client as feishu_client
 from feishu.outbound.budget import SendBudget
 from feishu.outbound.sdk import (
+    CreateFileRequest,
+    CreateFileRequestBody,
     CreateMessageReactionRequest,
     CreateMessageReactionRequestBody,
     CreateMessageRequest,
@@ -93,6 +96,21 @@ def message_create_content(
         budget=budget,
     )
     return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
+
+
+def file_upload(*, bot: Bot, file_name: str, content: bytes) -> str:
+    """Upload a file (im.v1.file.create, `stream` type) and return its file_key, for a `file` message (issue 25:
+    /context export). Not a send: no budget; an upload repeated by a retry only leaves an unused file behind."""
+
+    def upload(client: Any) -> Any:
+        # A fresh request per attempt: the SDK turns the body into a multipart stream that one attempt consumes.
+        body = (
+            CreateFileRequestBody.builder().file_type("stream").file_name(file_name).file(io.BytesIO(content)).build()
+        )
+        return client.im.v1.file.create(CreateFileRequest.builder().request_body(body).build())
+
+    response = feishu_client.feishu_call(bot=bot, operation="file.create", call=upload)
+    return str(response.data.file_key or "")
 
 
 def message_reply(

@@ -3,6 +3,7 @@ LLM stub through the real OpenAI SDK, Celery eager. Each command's reply and eff
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -205,3 +206,29 @@ def test_k2_a_pinned_topic_root_reaches_the_model_after_forty_newer_messages_wit
     assert "REQUIREMENT" not in model_input(llm_stub)
     excluded = {item["id"]: item["reason"] for item in ThreadContextDecision.objects.latest("id").excluded}
     assert excluded[root_item.pk] == "item_limit"
+
+
+def test_k1_export_sends_the_selection_and_pins_as_a_markdown_file(feishu, bot):
+    topic_with(feishu, bot, "point one", "point two")
+    command(feishu, bot, "/context pin", parent_id="om_m0")
+
+    feishu.say(bot, text="/context export", mention=[bot], **TOPIC)
+
+    [upload] = feishu.stub.requests_to("file_create")
+    [stored] = feishu.stub.files.values()
+    assert stored["file_type"] == "stream" and stored["file_name"].endswith(".md")
+    assert "## Pins (1)" in stored["file"] and "point one" in stored["file"] and "point two" in stored["file"]
+    assert "REQUIREMENT: the export must be CSV" in stored["file"]
+    sent = feishu.stub.sent[-1]
+    assert sent["msg_type"] == "file" and json.loads(sent["content"])["file_key"] in feishu.stub.files
+    assert upload.status == 200
+
+
+def test_k1_a_failed_export_upload_says_so_and_changes_nothing(feishu, bot):
+    topic_with(feishu, bot, "point one")
+    feishu.stub.fail_next("file_create", status=400, code=234001, times=5)
+
+    reply = command(feishu, bot, "/context export")
+
+    assert reply == "I could not send the export file. Please try again later."
+    assert getattr(feishu.stub, "files", {}) == {}

@@ -3,7 +3,7 @@
 Routes (reference doc §7): tenant_access_token/internal, bot/v3/info, im/v1/messages (create),
 im/v1/messages/:id/reply, im/v1/messages/:id (get; a merge_forward added with `add_forward` answers its children
 too, each with upper_message_id, as Feishu does), im/v1/chats/:id (get: chat_set / DEFAULT_CHAT), im/v1/messages/:id/reactions (add, delete),
-im/v1/messages/:id/resources/:file_key (bytes registered with `add_resource`), CardKit cards (create,
+im/v1/messages/:id/resources/:file_key (bytes registered with `add_resource`), im/v1/files (upload), CardKit cards (create,
 element content, settings). Every request is recorded with its monotonic time and the status answered;
 errors can be injected per route; a `uuid` already used returns the first message again and sends nothing,
 as Feishu does. Rate limits like Feishu's (5 messages/s per chat, 50/s per app, 10 updates/s per card) answer
@@ -29,6 +29,7 @@ BOT_INFO_PATH = "/open-apis/bot/v3/info"
 MESSAGES_PATH = "/open-apis/im/v1/messages"
 CHATS_PATH = "/open-apis/im/v1/chats"
 CARDS_PATH = "/open-apis/cardkit/v1/cards"
+FILES_PATH = "/open-apis/im/v1/files"  # issue 25: im.v1.file.create (multipart upload), `files` holds them
 
 RATE_LIMIT_CODE = 99991400
 SEQUENCE_NOT_INCREASING_CODE = 300317
@@ -79,6 +80,8 @@ def route_of(method: str, path: str) -> str:
         return "reaction_create" if method == "POST" else "reaction_delete" if method == "DELETE" else "unknown"
     if path.startswith(MESSAGES_PATH + "/") and "resources" in parts and method == "GET":
         return "resource"
+    if path == FILES_PATH and method == "POST":
+        return "file_create"
     if path == TOKEN_PATH:
         return "token"
     if path == BOT_INFO_PATH:
@@ -297,6 +300,8 @@ class FeishuStub:
             return self._reaction_delete(request)
         if route == "resource":
             return self._resource(request)
+        if route == "file_create":
+            return self._file_create(request, app_id)
         return 404, {"code": 404, "msg": "no such route in the stub"}, {}
 
     # --- rate limits (sliding one-second windows, like Feishu's per-chat / per-app / per-card limits) ---------
@@ -445,6 +450,15 @@ class FeishuStub:
             headers["Content-Disposition"] = f'attachment; filename="{resource["name"]}"'
         return 200, resource, headers
 
+    # --- im.v1.file.create (issue 25: /context export): a multipart upload, kept by file_key --------------
+    def _file_create(self, request: RecordedRequest, app_id: str) -> tuple[int, dict[str, Any], dict[str, str]]:
+        fields = multipart_fields(request)
+        if not fields.get("file_name") or not fields.get("file_type") or "file" not in fields:
+            return 400, {"code": 234001, "msg": "file_type, file_name and file are required"}, {}
+        file_key = f"file_v2_stub_{next(self._ids)}"
+        self.__dict__.setdefault("files", {})[file_key] = {**fields, "app_id": app_id}
+        return 200, {"code": 0, "msg": "success", "data": {"file_key": file_key}}, {}
+
     # --- im.v1.chat.get (G1): a chat's mode; `chats` holds what tests set, anything else is DEFAULT_CHAT ---------
     # The default is a topic group: the suite's seed flows (seed 002) are topic groups; ordinary-group tests say so
     # with chat_set(chat_id, chat_mode="group").
@@ -522,6 +536,21 @@ class FeishuStub:
             self.cards[card_id]["sent_in"].append(message_id)
             return ""
         return card_json_problem(card)
+
+
+def multipart_fields(request: RecordedRequest) -> dict[str, str]:
+    """The parts of a multipart/form-data body as name -> text (the handler decoded the body as text)."""
+    content_type = next((v for k, v in request.headers.items() if k.lower() == "content-type"), "")
+    boundary = content_type.partition("boundary=")[2].strip('"')
+    if not boundary or not isinstance(request.body, str):
+        return {}
+    fields: dict[str, str] = {}
+    for part in request.body.split("--" + boundary):
+        head, _, value = part.partition("\r\n\r\n")
+        name = head.partition('name="')[2].partition('"')[0]
+        if name:
+            fields[name] = value.removesuffix("\r\n")
+    return fields
 
 
 def card_json_problem(card: Any) -> str:
