@@ -26,6 +26,7 @@ API_FAMILY_SCOPES: dict[str, tuple[str, ...]] = {
     "im.v1.message": ("im:message",),  # reply, create, and get (quoted and forwarded messages)
     "im.v1.message_reaction": ("im:message.reactions:write_only",),  # receipt and failure reactions
     "im.v1.message_resource": ("im:resource",),  # images and files of a message, read at turn time
+    "im.v1.file": ("im:resource",),  # issue 25: /context export uploads its Markdown file
     "im.v1.chat": ("im:chat:readonly",),  # a group's mode (topic group or ordinary), read once
     "cardkit.v1.card": ("cardkit:card:write",),  # the streaming card: create, settings
     "cardkit.v1.card_element": ("cardkit:card:write",),  # ... and its content updates

@@ -157,12 +157,34 @@ class TurnAdmin(AuditAdmin):
 
 @admin.register(Automation)
 class AutomationAdmin(admin.ModelAdmin):
-    list_display = ["name", "bot", "schedule", "is_enabled", "feishu_chat_id", "thread_link", "created_at"]
-    list_filter = ["is_enabled", "bot"]
-    search_fields = ["name", "prompt", "bot__slug"]
+    # Issue 25: automations made with /schedule show who made them and where they post (chat, topic).
+    list_display = [
+        "name",
+        "bot",
+        "schedule",
+        "is_enabled",
+        "feishu_chat_id",
+        "feishu_topic_message_id",
+        "created_by_open_id",
+        "thread_link",
+        "created_at",
+    ]
+    list_filter = ["is_enabled", "bot", ("created_by_open_id", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "prompt", "bot__slug", "feishu_chat_id", "created_by_open_id"]
     list_select_related = ["bot", "schedule", "thread"]
-    fields = ["bot", "name", "prompt", "schedule", "feishu_chat_id", "is_enabled", "thread_link", "periodic_task"]
-    readonly_fields = ["thread_link", "periodic_task"]
+    fields = [
+        "bot",
+        "name",
+        "prompt",
+        "schedule",
+        "feishu_chat_id",
+        "feishu_topic_message_id",
+        "created_by_open_id",
+        "is_enabled",
+        "thread_link",
+        "periodic_task",
+    ]
+    readonly_fields = ["thread_link", "periodic_task", "created_by_open_id"]
     actions = ["run_now"]
 
     @admin.display(description=_("Thread"))

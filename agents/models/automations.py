@@ -20,6 +20,14 @@ class Automation(models.Model):
         "agents.Thread", null=True, blank=True, on_delete=models.SET_NULL, related_name="automation"
     )
     feishu_chat_id = models.CharField(max_length=64, blank=True, help_text="Optional Feishu chat to post each run to.")
+    # Issue 25 (K4): made from the chat with /schedule. Each run replies in the topic of this message (the topic's
+    # root, or "" for the chat's main timeline), and the admin shows who asked for it.
+    feishu_topic_message_id = models.CharField(
+        max_length=64, blank=True, help_text="Post each run into the topic of this Feishu message (empty: the chat)."
+    )
+    created_by_open_id = models.CharField(
+        max_length=64, blank=True, help_text="Who created it with /schedule in the chat (empty: made in the admin)."
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

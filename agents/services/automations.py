@@ -66,9 +66,20 @@ def automation_create(
     schedule: CrontabSchedule,
     feishu_chat_id: str = "",
     is_enabled: bool = True,
+    feishu_topic_message_id: str = "",
+    created_by_open_id: str = "",
 ) -> Automation:
+    """`feishu_topic_message_id` and `created_by_open_id`: an automation made with /schedule in a chat (issue 25)
+    posts into that topic and remembers who asked for it."""
     automation = Automation(
-        bot=bot, name=name, prompt=prompt, schedule=schedule, feishu_chat_id=feishu_chat_id, is_enabled=is_enabled
+        bot=bot,
+        name=name,
+        prompt=prompt,
+        schedule=schedule,
+        feishu_chat_id=feishu_chat_id,
+        is_enabled=is_enabled,
+        feishu_topic_message_id=feishu_topic_message_id,
+        created_by_open_id=created_by_open_id,
     )
     automation.full_clean(exclude=["periodic_task", "thread"])
     automation.save()

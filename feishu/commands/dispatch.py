@@ -17,6 +17,7 @@ from feishu.commands.context import CommandReply, context_command_run
 from feishu.commands.exports import context_export_send
 from feishu.commands.grammar import CONTEXT_EXPORT, chat_command_parse
 from feishu.commands.permissions import command_permission
+from feishu.commands.schedules import schedule_command_run
 from feishu.inbound.messages import NEW_SESSION_TEXT
 from feishu.inbound.parsing import ParsedMessage
 from feishu.outbound.delivery import feishu_notice_send
@@ -42,7 +43,7 @@ def _reply_for(*, bot: Bot, parsed: ParsedMessage, workspace: Workspace | None) 
         return context_export_send(bot=bot, parsed=parsed, workspace=workspace)
     if command.word == "/context":
         return context_command_run(bot=bot, parsed=parsed, workspace=workspace, command=command)
-    return CommandReply(str(texts.UNKNOWN_COMMAND))
+    return schedule_command_run(bot=bot, parsed=parsed, workspace=workspace, command=command)
 
 
 def chat_command_handle(*, bot: Bot, parsed: ParsedMessage, workspace: Workspace | None) -> None:

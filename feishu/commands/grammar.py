@@ -57,11 +57,12 @@ def chat_command_parse(text: str) -> ChatCommand:
         return ChatCommand(word=word, action=action, is_all=is_all)
     if word == "/schedule":
         if not args:
-            return ChatCommand(word=word)
+            return ChatCommand(word=word, action=SCHEDULE_CREATE)  # nothing to schedule: the usage answers
         first = args[0].lower()
         if first == SCHEDULE_LIST and len(args) == 1:
             return ChatCommand(word=word, action=SCHEDULE_LIST)
         if first == SCHEDULE_CANCEL:
-            return ChatCommand(word=word, action=SCHEDULE_CANCEL if len(args) == 2 else "", rest=" ".join(args[1:]))
-        return ChatCommand(word=word, action=SCHEDULE_CREATE, rest=" ".join(args))
+            return ChatCommand(word=word, action=SCHEDULE_CANCEL, rest=" ".join(args[1:]))
+        # the prompt keeps its own lines: the rest of the raw text, not the split words
+        return ChatCommand(word=word, action=SCHEDULE_CREATE, rest=text.strip().split(None, 1)[1])
     return ChatCommand(word=word)
