@@ -330,6 +330,9 @@ MODEL_STRINGS = frozenset(
         gettext_noop("time zone"),
         gettext_noop("feishu topic message id"),
         gettext_noop("created by open id"),
+        gettext_noop("Summary"),
+        gettext_noop("summary model"),
+        gettext_noop("Writes summaries of the oldest trimmed messages of long conversations; empty: the probe model."),
         gettext_noop("Post each run into the topic of this Feishu message (empty: the chat)."),
         gettext_noop("Who created it with /schedule in the chat (empty: made in the admin)."),
     }

@@ -53,3 +53,11 @@ def discuss_wakes_sweep_task() -> int:
     from feishu.discuss.sweep import discuss_wakes_sweep
 
     return len(discuss_wakes_sweep())
+
+
+@shared_task(name="feishu.tasks.context_summary_task")
+def context_summary_task(decision_id: int, bot_id: int) -> str:
+    # Inside the task: this module stays a leaf (the turn channel imports it to enqueue this task).
+    from feishu.summaries import context_summary_write
+
+    return context_summary_write(decision_id=decision_id, bot_id=bot_id)

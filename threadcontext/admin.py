@@ -45,6 +45,8 @@ from threadcontext.trimming import (
     EXCLUDED_OWN_OUTPUT,
     EXCLUDED_PIN_OVER_BUDGET,
     EXCLUDED_SLASH_COMMAND,
+    EXCLUDED_SUMMARISED,
+    EXCLUDED_SUPERSEDED,
     ITEM_HUMAN_MESSAGE,
     MODE_SHARED,
     text_preview,
@@ -65,6 +67,8 @@ EXCLUSION_SENTENCES = {
     EXCLUDED_SLASH_COMMAND: _("The request is a slash command, and a command carries no thread context."),
     EXCLUDED_CURRENT_REQUEST: _("The request's own message: it is sent as the question, not as context."),
     EXCLUDED_DUPLICATE: _("The same Feishu message is already selected as another kind of item."),
+    EXCLUDED_SUMMARISED: _("Covered by the summary this request carries (it is in the summary's sources)."),
+    EXCLUDED_SUPERSEDED: _("An older summary: the newest one covers what it covered."),
     EXCLUDED_CLEARED: _("Someone sent /context clear after it: it stays stored but is no longer carried."),
     EXCLUDED_PIN_OVER_BUDGET: _(
         "Pinned, but the pins alone were over the limit of %(item_limit)s items or %(max_chars)s characters: "

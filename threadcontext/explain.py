@@ -109,6 +109,13 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
     if diagnostics.get("pins_over_budget_ids"):
         left_out = ", ".join(str(item_id) for item_id in diagnostics["pins_over_budget_ids"])
         lines.append(f"pins:          over the budget, the newest pins won; left out: {left_out}")
+    if diagnostics.get("summary_item_id"):
+        lines.append(
+            f"summary:       item {diagnostics['summary_item_id']} carried, covering items up to "
+            f"{diagnostics.get('summary_covers_through_id', '?')} (those are left out as summarised)"
+        )
+    if diagnostics.get("summary_note"):
+        lines.append(f"summary:       none will be written: {diagnostics['summary_note']}")
     if diagnostics.get("is_slash_command"):
         lines.append("note:          slash command: no context is carried")
     elif diagnostics.get("thread_context_enabled") is False:

@@ -109,6 +109,7 @@ class ThreadEvent(models.Model):
         USER_REQUEST = "user_request", "User request"
         AGENT_OUTPUT = "agent_output", "Agent output"
         COMMAND = "command", "Command"
+        SUMMARY = "summary", "Summary"
 
     source = models.CharField(max_length=16, default="feishu")
     chat_id = models.CharField(max_length=64)
@@ -144,6 +145,7 @@ class ThreadContextItem(models.Model):
         TOPIC_ROOT = "topic_root", "Topic root"
         HUMAN_MESSAGE = "human_message", "Human message"
         AGENT_OUTPUT = "agent_output", "Agent output"
+        SUMMARY = "summary", "Summary"  # K3: written by a task after a turn; metadata lists what it covers
 
     event = models.ForeignKey(ThreadEvent, on_delete=models.CASCADE, related_name="items")
     # Copied from the event so the selector reads one thread's items with one index range scan.

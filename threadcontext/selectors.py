@@ -21,6 +21,7 @@ from threadcontext.models import (
     ThreadEvent,
     Workspace,
 )
+from threadcontext.selection_types import SUMMARY_COVERS_THROUGH_KEY
 from threadcontext.trimming import (
     MODE_OWNER_ONLY,
     MODE_SHARED,
@@ -124,6 +125,7 @@ ELIGIBLE_SLACK = 2
 RULED_OUT_LIMIT = 20
 # K2: at most this many pins per conversation (`/context pin` refuses more); the pin branch reads them all.
 MAX_PINS = 50
+SUMMARY_WINDOW = 2
 
 
 def _steering_annotations(*, bridge_id: str, chat_id: str, root_msg_id: str) -> dict:
@@ -163,6 +165,9 @@ def _candidate_branches(
         branches.append((Q(item_type=human, bridge_id=bridge_id), window))
     else:
         branches.append((Q(item_type=human, bridge_id=bridge_id), RULED_OUT_LIMIT))
+    # K3: this bot's newest summaries (the newest is injected; one more is read to explain it as superseded).
+    summary = ThreadContextItem.ItemType.SUMMARY
+    branches.append((Q(item_type=summary, bridge_id=bridge_id), SUMMARY_WINDOW))
     # K2: this bot's pins in this conversation, however old (read from the pin table's conversation index).
     pins = ContextPin.objects.filter(bridge_id=bridge_id, chat_id=chat_id, root_msg_id=root_msg_id)
     branches.append((Q(id__in=Subquery(pins.order_by("-id").values("item_id")[:MAX_PINS])), MAX_PINS))
@@ -227,6 +232,7 @@ def context_candidates_load(
             text=text,
             truncated=bool((metadata or {}).get("truncated")),
             pin_order=int(pin_id or 0),
+            covers_through_id=int((metadata or {}).get(SUMMARY_COVERS_THROUGH_KEY) or 0),
         )
     return Candidates(items=list(candidates.values()), cleared_through_id=cleared_through_id)
 

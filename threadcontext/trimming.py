@@ -11,163 +11,70 @@ that fits both the item limit and the character budget; an item older than one t
 selected, even when it alone would fit (otherwise adding one new message could resurrect an old one).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
-MODE_SHARED = "shared"
-MODE_OWNER_ONLY = "owner_only"
-
-ITEM_TOPIC_ROOT = "topic_root"
-ITEM_HUMAN_MESSAGE = "human_message"
-ITEM_AGENT_OUTPUT = "agent_output"
-
-# Why a candidate was not selected. The explain CLI, API and admin page show these verbatim.
-EXCLUDED_OWN_OUTPUT = "own_output"  # an agent_output of the current bot (bridge_id): no self-feedback
-EXCLUDED_ITEM_LIMIT = "item_limit"  # older than the newest `item_limit` eligible items
-EXCLUDED_CHAR_BUDGET = "char_budget"  # did not fit (or is older than one that did not fit) the char budget
-EXCLUDED_NOT_IN_MODE = "not_in_mode"  # the workspace mode (or a disabled thread context) does not inject it
-EXCLUDED_SLASH_COMMAND = "slash_command"  # the request is a slash command: it carries no context
-# Two more, both rare: the current request's own message (e.g. a topic root that is itself the @ request), and
-# a second item for a Feishu message already selected under another type (a bot-sent topic root that is also
-# that bot's recorded agent_output).
-EXCLUDED_CURRENT_REQUEST = "current_request"
-EXCLUDED_DUPLICATE = "duplicate"
-# Issue 25: `/context clear` excluded it (it stays stored; explain shows it); pins alone were over the budget and
-# this pin is older than the ones that fit (K2: the newest pins win).
-EXCLUDED_CLEARED = "cleared"
-EXCLUDED_PIN_OVER_BUDGET = "pin_over_budget"
-# Why a selected item was selected when it is not simply among the newest: a person pinned it (K2).
-SELECTED_PINNED = "pinned"
-SELECTED_RECENT = "recent"
-
-EXCLUSION_REASONS = (
-    EXCLUDED_OWN_OUTPUT,
-    EXCLUDED_ITEM_LIMIT,
+from threadcontext.selection_types import (
     EXCLUDED_CHAR_BUDGET,
-    EXCLUDED_NOT_IN_MODE,
-    EXCLUDED_SLASH_COMMAND,
+    EXCLUDED_CLEARED,
     EXCLUDED_CURRENT_REQUEST,
     EXCLUDED_DUPLICATE,
-    EXCLUDED_CLEARED,
+    EXCLUDED_ITEM_LIMIT,
+    EXCLUDED_NOT_IN_MODE,
+    EXCLUDED_OWN_OUTPUT,
     EXCLUDED_PIN_OVER_BUDGET,
+    EXCLUDED_SLASH_COMMAND,
+    EXCLUDED_SUMMARISED,
+    EXCLUDED_SUPERSEDED,
+    EXCLUSION_REASONS,
+    ITEM_AGENT_OUTPUT,
+    ITEM_HUMAN_MESSAGE,
+    ITEM_SUMMARY,
+    ITEM_TOPIC_ROOT,
+    MODE_OWNER_ONLY,
+    MODE_SHARED,
+    PREVIEW_CHARS,
+    SELECTED_PINNED,
+    SELECTED_RECENT,
+    SELECTED_SUMMARY,
+    CandidateItem,
+    ContextPackage,
+    ExcludedItem,
+    SelectedItem,
+    SelectionRequest,
+    text_preview,
 )
 
-PREVIEW_CHARS = 80
-
-
-@dataclass(frozen=True)
-class CandidateItem:
-    """One stored context item as the selector sees it (a plain copy of a ThreadContextItem row)."""
-
-    id: int
-    item_type: str
-    bridge_id: str
-    message_id: str
-    author_label: str
-    text: str
-    truncated: bool = False
-    # The pin's id when a person pinned it for this conversation (newer pins have larger ids), else 0.
-    pin_order: int = 0
-
-    @property
-    def pinned(self) -> bool:
-        return self.pin_order > 0
-
-    @property
-    def source(self) -> str:
-        """The label the prompt shows in front of the text (seed: `ou_xxx:` or `planner/planner-h5:`)."""
-        return self.author_label or self.bridge_id
-
-    @property
-    def line(self) -> str:
-        return f"{self.source}: {self.text}"
-
-    @property
-    def chars(self) -> int:
-        # The line plus its newline: what the item costs in the rendered [Feishu thread context].
-        return len(self.line) + 1
-
-
-@dataclass(frozen=True)
-class SelectedItem:
-    id: int
-    item_type: str
-    source: str
-    text: str
-    chars: int
-    truncated: bool
-    pinned: bool = False
-
-    @property
-    def reason(self) -> str:
-        return SELECTED_PINNED if self.pinned else SELECTED_RECENT
-
-    @property
-    def line(self) -> str:
-        return f"{self.source}: {self.text}"
-
-    @property
-    def preview(self) -> str:
-        return text_preview(self.text)
-
-
-@dataclass(frozen=True)
-class ExcludedItem:
-    id: int
-    item_type: str
-    source: str
-    reason: str
-    chars: int
-    preview: str
-
-
-@dataclass(frozen=True)
-class SelectionRequest:
-    bridge_id: str
-    bot_profile: str
-    mode: str = MODE_SHARED
-    item_limit: int = 20
-    max_chars: int = 24000
-    is_slash_command: bool = False
-    message_id: str = ""
-    # False when the workspace's effective shared_thread_enabled is off: nothing is injected (not_in_mode).
-    thread_context_enabled: bool = True
-    # `/context clear`: eligible items with an id up to this one are excluded as `cleared` (0: never cleared).
-    cleared_through_id: int = 0
-
-
-@dataclass(frozen=True)
-class ContextPackage:
-    """What the selector chose for one request, and why; the renderer and the decision record consume it."""
-
-    chat_id: str
-    root_msg_id: str
-    message_id: str
-    bridge_id: str
-    bot_profile: str
-    mode: str
-    request_text: str
-    is_slash_command: bool
-    selected: tuple[SelectedItem, ...] = ()
-    excluded: tuple[ExcludedItem, ...] = ()
-    diagnostics: dict = field(default_factory=dict)
-    target_id: str = ""
-
-    @property
-    def thread_context(self) -> str:
-        """The `[Feishu thread context]` body: one labelled line per selected item, oldest first."""
-        return "\n".join(item.line for item in self.selected)
-
-    @property
-    def holds_topic_root(self) -> bool:
-        return any(item.item_type == ITEM_TOPIC_ROOT for item in self.selected)
-
-
-def text_preview(text: str, limit: int = PREVIEW_CHARS) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+__all__ = [
+    "SELECTED_SUMMARY",
+    "ITEM_SUMMARY",
+    "EXCLUDED_SUPERSEDED",
+    "EXCLUDED_SUMMARISED",
+    "CandidateItem",
+    "ContextPackage",
+    "EXCLUDED_CHAR_BUDGET",
+    "EXCLUDED_CLEARED",
+    "EXCLUDED_CURRENT_REQUEST",
+    "EXCLUDED_DUPLICATE",
+    "EXCLUDED_ITEM_LIMIT",
+    "EXCLUDED_NOT_IN_MODE",
+    "EXCLUDED_OWN_OUTPUT",
+    "EXCLUDED_PIN_OVER_BUDGET",
+    "EXCLUDED_SLASH_COMMAND",
+    "EXCLUSION_REASONS",
+    "ExcludedItem",
+    "ITEM_AGENT_OUTPUT",
+    "ITEM_HUMAN_MESSAGE",
+    "ITEM_TOPIC_ROOT",
+    "MODE_OWNER_ONLY",
+    "MODE_SHARED",
+    "PREVIEW_CHARS",
+    "SELECTED_PINNED",
+    "SELECTED_RECENT",
+    "SelectedItem",
+    "SelectionRequest",
+    "select_context",
+    "text_preview",
+]
 
 
 def _excluded(item: CandidateItem, reason: str) -> ExcludedItem:
@@ -208,6 +115,7 @@ def _eligible_newest_first(
     request: SelectionRequest,
     excluded: dict[int, ExcludedItem],
     seen_messages: set[str],
+    summarised_through_id: int = 0,
 ) -> list[CandidateItem]:
     """The candidates the rules allow, newest first; every other one goes into `excluded` with its reason.
 
@@ -221,6 +129,8 @@ def _eligible_newest_first(
             reason = EXCLUDED_DUPLICATE
         if reason is None and item.id <= request.cleared_through_id:
             reason = EXCLUDED_CLEARED  # after the rules: an own output stays `own_output`, whatever was cleared
+        if reason is None and item.id <= summarised_through_id:
+            reason = EXCLUDED_SUMMARISED  # the injected summary carries it
         if reason is not None:
             excluded[item.id] = _excluded(item, reason)
             continue
@@ -264,6 +174,38 @@ def _pins_select(
     return kept
 
 
+def _summary_select(
+    *,
+    summaries: list[CandidateItem],
+    request: SelectionRequest,
+    excluded: dict[int, ExcludedItem],
+    item_limit: int,
+    max_chars: int,
+) -> CandidateItem | None:
+    """K3: the newest summary, when this bot may carry it and it fits what the pins left; older ones are
+    superseded (the newest covers what they covered). A summary that does not fit covers nothing."""
+    if not summaries:
+        return None
+    newest, *older = sorted(summaries, key=lambda item: item.id, reverse=True)
+    for item in older:
+        excluded[item.id] = _excluded(item, EXCLUDED_SUPERSEDED)
+    reason = None
+    if request.is_slash_command:
+        reason = EXCLUDED_SLASH_COMMAND
+    elif not request.thread_context_enabled or newest.bridge_id != request.bridge_id:
+        reason = EXCLUDED_NOT_IN_MODE
+    elif newest.id <= request.cleared_through_id:
+        reason = EXCLUDED_CLEARED
+    elif item_limit < 1:
+        reason = EXCLUDED_ITEM_LIMIT
+    elif newest.chars > max_chars:
+        reason = EXCLUDED_CHAR_BUDGET
+    if reason is not None:
+        excluded[newest.id] = _excluded(newest, reason)
+        return None
+    return newest
+
+
 def _trim_to_limits(
     *,
     eligible_newest_first: list[CandidateItem],
@@ -299,12 +241,28 @@ def _diagnostics(
     eligible_count: int,
     selected: tuple[SelectedItem, ...],
     excluded: tuple[ExcludedItem, ...],
+    summary: CandidateItem | None,
 ) -> dict:
     """The counts explain and the decision record show next to the lists."""
     reason_counts: dict[str, int] = {}
     for item in excluded:
         reason_counts[item.reason] = reason_counts.get(item.reason, 0) + 1
+    covered = summary.covers_through_id if summary is not None else 0
+    trimmed = (EXCLUDED_ITEM_LIMIT, EXCLUDED_CHAR_BUDGET)
     return {
+        # K3: the summary carried, what it covers, and the raw items trimmed that no summary covers yet (when there
+        # are some, a task after the turn writes a newer summary of them).
+        "summary_item_id": summary.id if summary is not None else None,
+        "summary_covers_through_id": covered,
+        # a newer summary covers what lies between `covered` and the oldest raw item carried (services.summaries)
+        "oldest_recent_id": min(
+            (item.id for item in selected if not item.pinned and item.item_type != ITEM_SUMMARY), default=None
+        ),
+        "unsummarised_trimmed_ids": [
+            item.id
+            for item in excluded
+            if item.reason in trimmed and item.item_type != ITEM_SUMMARY and item.id > covered
+        ],
         "candidates": candidate_count,
         "eligible": eligible_count,
         "selected": len(selected),
@@ -336,8 +294,8 @@ def select_context(
 ) -> ContextPackage:
     """Choose the context for one request. Deterministic: same candidates and request, same package.
 
-    Pinned items come first (oldest pin's item first), then the newest raw items within what the pins left of
-    the item limit and the char budget.
+    Pinned items come first (oldest pin's item first), then the newest summary (K3), then the newest raw items
+    within what the pins and the summary left of the item limit and the char budget.
     """
     ordered = sorted(candidates, key=lambda item: item.id)
     excluded: dict[int, ExcludedItem] = {}
@@ -345,13 +303,26 @@ def select_context(
     pins = _pins_select(pinned=pinned, request=request, excluded=excluded)
     pinned_ids = {item.id for item in pinned}
     seen_messages = {item.message_id for item in pins if item.message_id}
-    rest = [item for item in ordered if item.id not in pinned_ids]
-    eligible = _eligible_newest_first(ordered=rest, request=request, excluded=excluded, seen_messages=seen_messages)
-    selected = tuple(_selected(item) for item in sorted(pins, key=lambda item: item.id)) + _trim_to_limits(
-        eligible_newest_first=eligible,
-        item_limit=max(0, request.item_limit - len(pins)),
-        max_chars=max(0, request.max_chars - sum(item.chars for item in pins)),
+    rest = [item for item in ordered if item.id not in pinned_ids and item.item_type != ITEM_SUMMARY]
+    item_limit = max(0, request.item_limit - len(pins))
+    max_chars = max(0, request.max_chars - sum(item.chars for item in pins))
+    summaries = [item for item in ordered if item.id not in pinned_ids and item.item_type == ITEM_SUMMARY]
+    summary = _summary_select(
+        summaries=summaries, request=request, excluded=excluded, item_limit=item_limit, max_chars=max_chars
+    )
+    if summary is not None:
+        item_limit, max_chars = item_limit - 1, max_chars - summary.chars
+    eligible = _eligible_newest_first(
+        ordered=rest,
+        request=request,
         excluded=excluded,
+        seen_messages=seen_messages,
+        summarised_through_id=summary.covers_through_id if summary is not None else 0,
+    )
+    selected = (
+        tuple(_selected(item) for item in sorted(pins, key=lambda item: item.id))
+        + tuple(_selected(item) for item in ([summary] if summary is not None else []))
+        + _trim_to_limits(eligible_newest_first=eligible, item_limit=item_limit, max_chars=max_chars, excluded=excluded)
     )
     excluded_items = tuple(excluded[item_id] for item_id in sorted(excluded))
     return ContextPackage(
@@ -371,6 +342,7 @@ def select_context(
             eligible_count=len(eligible) + len(pins),
             selected=selected,
             excluded=excluded_items,
+            summary=summary,
         ),
         target_id=target_id,
     )

@@ -98,7 +98,7 @@ class BotAdmin(WriteOnlySecretsAdmin):
     ]
     search_fields = ["slug", "name", "owner__username", "feishu_app_id"]
     list_select_related = ["owner", "primary_model", "primary_model__provider"]
-    autocomplete_fields = ["owner", "primary_model", "discuss_probe_model"]
+    autocomplete_fields = ["owner", "primary_model", "discuss_probe_model", "summary_model"]
     prepopulated_fields = {"slug": ["name"]}
     fieldsets = [
         (None, {"fields": ["slug", "name", "owner", "primary_model", "system_prompt", "language", "is_enabled"]}),
@@ -109,6 +109,7 @@ class BotAdmin(WriteOnlySecretsAdmin):
                     "group_reply_mode",
                     "discuss_probe_mode",
                     "discuss_probe_model",
+                    "summary_model",
                     "probe_debounce_initial_ms",
                     "probe_debounce_max_ms",
                 ]

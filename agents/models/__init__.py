@@ -130,6 +130,15 @@ class Bot(models.Model):
         },
         help_text="The discuss probe's judge when the probe mode is 'model'. Clearing it returns to 'inherit'.",
     )
+    # Issue 25 (K3): writes summaries of long conversations' trimmed items; empty: the probe model; neither: none.
+    summary_model = models.ForeignKey(
+        LLMModel,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Writes summaries of the oldest trimmed messages of long conversations; empty: the probe model.",
+    )
     # Debounce of discuss wakes (P10); null = the hub's defaults.
     probe_debounce_initial_ms = models.PositiveIntegerField(null=True, blank=True)
     probe_debounce_max_ms = models.PositiveIntegerField(null=True, blank=True)

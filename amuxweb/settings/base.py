@@ -257,6 +257,8 @@ CELERY_TASK_ROUTES = {
     "agents.tasks.turn_run_task": {"queue": QUEUE_TURNS},
     "agents.tasks.automation_run_task": {"queue": QUEUE_TURNS},
     "amuxweb.feishu.discuss.discuss_wake_fire_task": {"queue": QUEUE_PROBE},
+    # K3: a conversation's summary after a turn: a small model call, beside the judges (never the turns' queue).
+    "feishu.tasks.context_summary_task": {"queue": QUEUE_PROBE},
     # A delivery's retry goes to QUEUE_DELIVERIES (agents.tasks.turn_run_task picks the queue of its retry).
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"

@@ -44,6 +44,7 @@ from agents.services.turns import (
 from agents.services.turns.assembly import DEFAULT_CONTEXT_WINDOW_TOKENS, text_within_tokens
 from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
 from core.redaction import redact
+from core.tasks_enqueue import task_enqueue
 from core.text import TranslatableText
 from feishu.channel.attachments import turn_attachments_fetch
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
@@ -69,6 +70,8 @@ from feishu.outbound.replies import (
     stream_state_get,
     streaming_card_for,
 )
+from feishu.summaries import summary_due_note
+from feishu.tasks import context_summary_task
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from threadcontext.rendering import prompt_render, request_is_submittable
@@ -192,6 +195,8 @@ class FeishuChannel(TurnChannel):
             channel_state={
                 "topic_root_injected": prepared.topic_root_injected,
                 "binding_id": binding.pk if binding is not None else None,
+                # K3: the selection trimmed items no summary covers: after delivery, a task may summarise them.
+                "summary_due": bool(prepared.package.diagnostics.get("unsummarised_trimmed_ids")),
             },
         )
 
@@ -271,6 +276,7 @@ class FeishuChannel(TurnChannel):
             # C8: only now, after the reply whose prompt really held the root was delivered.
             session_binding_mark_topic_root_delivered(binding_id=binding_id)
         receipt_remove(turn=turn, parsed=parsed)
+        context_summary_enqueue(turn=turn)
 
     def failed(self, *, turn: Turn, status: str) -> None:
         parsed = source_parsed(turn=turn)
@@ -292,6 +298,18 @@ class FeishuChannel(TurnChannel):
             reply_in_thread=parsed.is_in_topic,
             text=text,
             purpose=purpose,
+        )
+
+
+def context_summary_enqueue(*, turn: Turn) -> None:
+    """K3: after the reply was delivered (never on its path), queue the summary of what its selection trimmed."""
+    decision_id = turn.context_decision_id
+    if not (turn.channel_state.get("summary_due") and decision_id):
+        return
+    if summary_due_note(bot=turn.bot, decision_id=decision_id):
+        bot_id = turn.bot_id
+        transaction.on_commit(
+            lambda: task_enqueue(task=context_summary_task, args=[decision_id, bot_id], what="context summary")
         )
 
 

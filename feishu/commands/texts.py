@@ -18,6 +18,8 @@ from threadcontext.trimming import (
     EXCLUDED_OWN_OUTPUT,
     EXCLUDED_PIN_OVER_BUDGET,
     EXCLUDED_SLASH_COMMAND,
+    EXCLUDED_SUMMARISED,
+    EXCLUDED_SUPERSEDED,
     ContextPackage,
     text_preview,
 )
@@ -41,6 +43,7 @@ SHOW_TITLE = _("**What my next answer here would carry**")
 SHOW_TOTALS = _("%(count)s items, %(chars)s of %(max_chars)s characters (at most %(limit)s items).")
 SHOW_PINNED = _("Pinned")
 SHOW_RECENT = _("Recent")
+SHOW_SUMMARY = _("Summary of earlier messages")
 SHOW_LEFT_OUT = _("Left out")
 SHOW_MORE = _("… and %(count)s more")
 SHOW_NOTHING = _("Nothing from this conversation would be carried.")
@@ -58,6 +61,8 @@ REASON_WORDS = {
     EXCLUDED_DUPLICATE: _("already carried as another item"),
     EXCLUDED_PIN_OVER_BUDGET: _("pins beyond the budget (the newest pins win)"),
     EXCLUDED_SLASH_COMMAND: _("a command carries no context"),
+    EXCLUDED_SUMMARISED: _("in the summary"),
+    EXCLUDED_SUPERSEDED: _("older summaries"),
 }
 
 PIN_DONE = _("Pinned: I keep it in view in this conversation.")
@@ -111,7 +116,12 @@ def refusal_text(*, permission: CommandPermission, command: str) -> str:
 
 
 def _type_label(item_type: str) -> str:
-    labels = {"topic_root": "Topic root", "human_message": "Human message", "agent_output": "Agent output"}
+    labels = {
+        "topic_root": "Topic root",
+        "human_message": "Human message",
+        "agent_output": "Agent output",
+        "summary": "Summary",
+    }
     return gettext(labels[item_type]) if item_type in labels else item_type
 
 
@@ -141,8 +151,9 @@ def context_show_markdown(*, package: ContextPackage) -> str:
         },
     ]
     pinned = [item for item in package.selected if item.pinned]
-    recent = [item for item in package.selected if not item.pinned]
-    for title, items in ((SHOW_PINNED, pinned), (SHOW_RECENT, recent)):
+    summary = [item for item in package.selected if not item.pinned and item.item_type == "summary"]
+    recent = [item for item in package.selected if not item.pinned and item.item_type != "summary"]
+    for title, items in ((SHOW_PINNED, pinned), (SHOW_SUMMARY, summary), (SHOW_RECENT, recent)):
         if items:
             lines += ["", f"**{title} ({len(items)})**"]
             lines += _capped(

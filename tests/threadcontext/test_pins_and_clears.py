@@ -11,8 +11,11 @@ from threadcontext.trimming import (
     EXCLUDED_OWN_OUTPUT,
     EXCLUDED_PIN_OVER_BUDGET,
     EXCLUDED_SLASH_COMMAND,
+    EXCLUDED_SUMMARISED,
+    EXCLUDED_SUPERSEDED,
     ITEM_AGENT_OUTPUT,
     ITEM_HUMAN_MESSAGE,
+    ITEM_SUMMARY,
     ITEM_TOPIC_ROOT,
     CandidateItem,
     SelectionRequest,
@@ -96,3 +99,40 @@ def test_k2_selection_is_deterministic_whatever_the_candidates_order():
     first = select_context(candidates=candidates, request=request())
     again = select_context(candidates=list(reversed(candidates)), request=request())
     assert dataclasses.asdict(first) == dataclasses.asdict(again)
+
+
+def summary(item_id: int, covers_through: int, *, text: str = "summary text") -> CandidateItem:
+    return CandidateItem(
+        id=item_id,
+        item_type=ITEM_SUMMARY,
+        bridge_id=ME,
+        message_id="",
+        author_label="summary",
+        text=text,
+        covers_through_id=covers_through,
+    )
+
+
+def test_k3_the_newest_summary_comes_after_the_pins_and_before_the_newest_raw_items():
+    candidates = [item(1, ITEM_TOPIC_ROOT, pin=1)] + [item(i) for i in range(2, 20)]
+    candidates += [summary(20, covers_through=8), summary(30, covers_through=12)]
+
+    package = select_context(candidates=candidates, request=request())
+
+    assert [selected.id for selected in package.selected] == [1, 30, 17, 18, 19]
+    assert [selected.reason for selected in package.selected[:2]] == ["pinned", "summary"]
+    reasons = {excluded.id: excluded.reason for excluded in package.excluded}
+    assert (
+        reasons[20] == EXCLUDED_SUPERSEDED and reasons[5] == EXCLUDED_SUMMARISED and reasons[13] == EXCLUDED_ITEM_LIMIT
+    )
+    assert package.diagnostics["unsummarised_trimmed_ids"] == [13, 14, 15, 16]
+
+
+def test_k3_a_summary_that_does_not_fit_covers_nothing_and_a_cleared_one_is_not_carried():
+    raw = [item(i, text="r" * 20) for i in range(1, 6)]
+    too_big = select_context(candidates=[*raw, summary(9, 3, text="s" * 500)], request=request(max_chars=200))
+    assert 9 not in [selected.id for selected in too_big.selected]
+    assert EXCLUDED_SUMMARISED not in {excluded.reason for excluded in too_big.excluded}
+
+    cleared = select_context(candidates=[*raw, summary(9, 3)], request=request(cleared_through_id=9))
+    assert {excluded.id: excluded.reason for excluded in cleared.excluded}[9] == EXCLUDED_CLEARED

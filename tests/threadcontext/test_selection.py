@@ -180,6 +180,8 @@ def test_c11_exclusion_reasons_are_a_fixed_set_of_constants():
         "duplicate",
         "cleared",
         "pin_over_budget",
+        "summarised",
+        "superseded",
     )
 
 
