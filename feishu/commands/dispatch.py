@@ -39,7 +39,7 @@ def _reply_for(*, bot: Bot, parsed: ParsedMessage, workspace: Workspace | None) 
     if not permission.allowed:
         logger.info("chat command refused", extra={"bot": bot.slug, "command": command.name, "who": permission.who})
         return CommandReply(texts.refusal_text(permission=permission, command=command.word))
-    if command.word == "/context" and command.action == CONTEXT_EXPORT:
+    if command.word == "/context" and command.action == CONTEXT_EXPORT and not parsed.is_direct:
         return context_export_send(bot=bot, parsed=parsed, workspace=workspace)
     if command.word == "/context":
         return context_command_run(bot=bot, parsed=parsed, workspace=workspace, command=command)

@@ -232,3 +232,10 @@ def test_k1_a_failed_export_upload_says_so_and_changes_nothing(feishu, bot):
 
     assert reply == "I could not send the export file. Please try again later."
     assert getattr(feishu.stub, "files", {}) == {}
+
+
+def test_k1_in_a_direct_chat_context_commands_say_there_is_no_group_context(feishu, bot):
+    for text in ("/context show", "/context export"):
+        feishu.say(bot, text=text, chat_id="oc_dm", chat_type="p2p")
+        assert last_reply(feishu) == "A direct chat carries no group context: only this session's own history."
+    assert Turn.objects.count() == 0 and ThreadContextItem.objects.count() == 0
