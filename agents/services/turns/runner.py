@@ -53,6 +53,7 @@ from agents.services.turns.channels import (
 )
 from agents.tools.loop import model_call
 from agents.tools.turn_tools import ToolServerUnavailableError, turn_tools_run
+from core.connections import connection_release
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -281,6 +282,7 @@ def _answer(
         raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
     client = llm_client_for(model=model)
     model_input["request"] = request_as_sent(client=client, request=primary.recorded_request)
+    connection_release()  # no database connection held while the model thinks (core.connections, issue 28)
     called = time.monotonic()
     try:
         result = _complete(
