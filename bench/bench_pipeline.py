@@ -15,11 +15,20 @@ latency, CPU ms per message of the web, worker and PostgreSQL processes (/proc, 
 database only), statements per task by outcome (counted in the workers), and sequential scans per message by table
 (pg_stat_user_tables). Every figure is a ratio or count within one run; the machine is shared, so the load average
 is printed beside them. Bounded: PHASE_SECONDS per rate, DRAIN_SECONDS at most to drain, leftovers purged.
-Flags: `--rates 5,20`, `--seconds 20`, `--workers 1,2`. With AMUX_BENCH_PYSPY=<path to a py-spy binary> (not a
+Flags: `--rates 5,20`, `--seconds 20`, `--workers 1,2` (worker sets, one after another), `--layout procfile` (the
+default: per set one `worker` prefork process with SHORT_CONCURRENCY children for every queue but turns and N
+`turns` workers with `--turn-threads` threads, as the Procfile runs them) or `--layout shared` (issue 11's: N
+workers with WORKER_THREADS threads, every queue), `--model-seconds 0.3` (the LLM stub's time per answer, streamed
+over that time when asked for a stream), `--cards` (the bots answer in streaming cards: every turn streams, and a
+reply is complete when its card is closed). Slow models (issue 28, goal 1):
+`python -m bench pipeline --model-seconds 10 --cards --rates 5,10,20 --seconds 40 --workers 1`; it then also
+reports turns in flight, PostgreSQL connections to the hub's database (open, and not idle) and RSS/PSS of the hub's
+processes, and CPU per message per role (web, worker, turns, beat, postgres). With AMUX_BENCH_PYSPY=<path to a py-spy binary> (not a
 requirement: `pip install --target /tmp/pyspy py-spy`), each worker is sampled during every measured phase (only
 stacks holding the GIL: its CPU) and the report adds the functions with the most samples, self and inclusive.
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -33,6 +42,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -97,9 +107,15 @@ def _serve_stubs(directory: str) -> None:
         dump.wait()
         dump.clear()
         with feishu.stub.lock:
-            at = _reply_times(list(feishu.stub.requests))
+            requests = list(feishu.stub.requests)
+        at = _reply_times(requests)
+        counts: dict[str, int] = {}
+        for request in requests:
+            if request.route == "reply" and request.status == 200:
+                parent = request.path.split("/")[-2]
+                counts[parent] = counts.get(parent, 0) + 1
         written = Path(directory, "replies.json.part")
-        written.write_text(json.dumps({"replies": at, "llm_calls": len(llm.requests)}))
+        written.write_text(json.dumps({"replies": at, "reply_counts": counts, "llm_calls": len(llm.requests)}))
         written.rename(Path(directory, "replies.json"))
 
 
@@ -419,6 +435,9 @@ class Sampler(threading.Thread):
         # turns running or replied = in flight, PSS MiB of the hub's processes)
         self.resources: list[tuple[float, int, int, float, int, float]] = []
         self.rss_by_pid: dict[int, float] = {}
+        self.rss_history: list[
+            tuple[float, dict[tuple[str, int], float]]
+        ] = []  # every sample: (time, {(role, pid): MiB})
         self.stopping = threading.Event()
         self.lock = threading.Lock()
 
@@ -438,6 +457,7 @@ class Sampler(threading.Thread):
             "SELECT count(*) FROM agents_turn WHERE status IN ('running', 'replied')"
         ).fetchone()[0]
         rss: dict[int, float] = {}
+        by_process: dict[tuple[str, int], float] = {}
         pss = 0.0
         with self.lock:
             for group, processes in self.groups.items():
@@ -445,6 +465,7 @@ class Sampler(threading.Thread):
                     for pid in _tree(process.pid):
                         self.cpu[(group, pid)] = _cpu_seconds(pid) or self.cpu.get((group, pid), 0.0)
                         rss[pid] = _rss_mib(pid)
+                        by_process[(group, pid)] = rss[pid]
                         pss += _pss_mib(pid)
             for pid in backends:
                 self.cpu[("postgres", pid)] = _cpu_seconds(pid) or self.cpu.get(("postgres", pid), 0.0)
@@ -453,6 +474,7 @@ class Sampler(threading.Thread):
             busy = sum(1 for _, state in activity if state != "idle")
             self.resources.append((now, len(activity), busy, sum(rss.values()), in_flight, pss))
             self.rss_by_pid = rss
+            self.rss_history.append((now, by_process))
         return depth, rows
 
     def cpu_by_group(self) -> dict[str, float]:
@@ -689,25 +711,27 @@ def _report(result: dict, replies: dict[str, float], layout: str) -> str:
     return "\n".join(lines + ([result["profile"]] if result["profile"] else []))
 
 
-def run() -> None:
+@contextlib.contextmanager
+def hub(suffix: str) -> Iterator[dict | None]:
+    """The hub without its workers, for one bench run: the stubs' child process, a database of its own (migrated,
+    the bench's bots and groups), gunicorn and beat. Yields a context dict, or None (after saying why) when there
+    is no PostgreSQL or Redis to measure against; stops everything, drops the database and prints the processes'
+    errors at the end. Workers the caller starts go into `context["processes"]` to be stopped with the rest."""
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "amuxweb.settings.test")
     django.setup()
     import redis
 
-    rates = [int(value) for value in _flag("--rates", ",".join(map(str, RATES))).split(",")]
-    seconds = int(_flag("--seconds", str(PHASE_SECONDS)))
-    worker_sets = [int(value) for value in _flag("--workers", ",".join(map(str, WORKER_SETS))).split(",")]
-    layout = _flag("--layout", "procfile")
     redis_url = os.environ.get("REDIS_URL") or DEFAULT_REDIS
     try:
         redis.Redis.from_url(redis_url, socket_timeout=2).ping()
-        database_url, admin_url = _database()
+        database_url, admin_url = _database(suffix)
     except Exception as error:  # no server to measure against: say so, as the other benches do
         print(f"skipped: needs PostgreSQL and Redis on 127.0.0.1 ({type(error).__name__}: {error})")
+        yield None
         return
-    tmp = Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{suffix}_"))
     stubs = _spawn(
         [sys.executable, "-m", "bench.bench_pipeline", "--stubs", str(tmp)],
         os.environ,
@@ -715,8 +739,8 @@ def run() -> None:
         "stubs",
         AMUX_BENCH_MODEL_SECONDS=str(_model_seconds()),
     )
-    processes: list[subprocess.Popen] = [stubs]
-    sampler = None
+    context: dict = {"tmp": tmp, "stubs": stubs, "processes": [stubs], "redis_url": redis_url}
+    context["database_url"] = database_url
     try:
         _wait_for(lambda: Path(tmp, "ports.json").exists(), "the stubs")
         ports = json.loads(Path(tmp, "ports.json").read_text())
@@ -750,7 +774,7 @@ def run() -> None:
             tmp,
             "beat",
         )
-        processes += [web, beat]
+        context["processes"] += [web, beat]
 
         def ping() -> bool:
             try:
@@ -760,33 +784,12 @@ def run() -> None:
                 return False
 
         _wait_for(ping, "gunicorn")
-        load = os.getloadavg()
-        print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cores)", flush=True)
-        for workers in worker_sets:
-            started, ready = _workers_start(workers, layout, env, tmp)
-            processes += started
-            _wait_for(lambda ready=ready: all(path.exists() for path in ready), "the workers", seconds=180)
-            if sampler is not None:
-                sampler.stopping.set()
-            sampler = Sampler(database_url, redis_url, {"web": [web], "worker": started, "beat": [beat]})
-            sampler.start()
-            context = {"sampler": sampler, "base": base, "setup_file": str(setup_file), "env": env, "tmp": tmp}
-            context["workers"] = started
-            # Not reported: every process imports its SDKs and opens its connections on its first messages.
-            _phase(context, WARMUP_RATE, WARMUP_SECONDS, f"w{workers}warm")
-            context["profiled"] = True
-            for rate in rates:
-                result = _phase(context, rate, seconds, f"w{workers}r{rate}")
-                answers = _replies(tmp, stubs)
-                load = os.getloadavg()
-                print(_report(result, answers["replies"], _layout_text(workers, layout)), flush=True)
-                print(f"  load average now {load[0]:.1f}; model calls so far {answers['llm_calls']}", flush=True)
-            for process in started:
-                _stop(process)
+        context.update(env=env, setup_file=str(setup_file), base=base, web=web, beat=beat)
+        yield context
     finally:
-        if sampler is not None:
-            sampler.stopping.set()
-        for process in reversed(processes):
+        if context.get("sampler") is not None:
+            context["sampler"].stopping.set()
+        for process in reversed(context["processes"]):
             _stop(process)
         for log in sorted(tmp.glob("*.log")):
             text = log.read_text(errors="replace")
@@ -800,6 +803,42 @@ def run() -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{database_url.rsplit("/", 1)[1]}" WITH (FORCE)')
         redis.Redis.from_url(redis_url).delete(QUERY_COUNTS_KEY)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def worker_groups(context: dict, started: list[subprocess.Popen], layout: str) -> dict[str, list[subprocess.Popen]]:
+    """The processes measured, by role: the Procfile layout's short-task worker and turns workers apart."""
+    workers = {"worker": started} if layout == "shared" else {"worker": started[:1], "turns": started[1:]}
+    return {"web": [context["web"]], **workers, "beat": [context["beat"]]}
+
+
+def run() -> None:
+    rates = [int(value) for value in _flag("--rates", ",".join(map(str, RATES))).split(",")]
+    seconds = int(_flag("--seconds", str(PHASE_SECONDS)))
+    worker_sets = [int(value) for value in _flag("--workers", ",".join(map(str, WORKER_SETS))).split(",")]
+    layout = _flag("--layout", "procfile")
+    with hub("bench_pipeline") as context:
+        if context is None:
+            return
+        for workers in worker_sets:
+            started, ready = _workers_start(workers, layout, context["env"], context["tmp"])
+            context["processes"] += started
+            _wait_for(lambda ready=ready: all(path.exists() for path in ready), "the workers", seconds=180)
+            if context.get("sampler") is not None:
+                context["sampler"].stopping.set()
+            sampler = Sampler(context["database_url"], context["redis_url"], worker_groups(context, started, layout))
+            sampler.start()
+            context.update(sampler=sampler, workers=started, profiled=False)
+            # Not reported: every process imports its SDKs and opens its connections on its first messages.
+            _phase(context, WARMUP_RATE, WARMUP_SECONDS, f"w{workers}warm")
+            context["profiled"] = True
+            for rate in rates:
+                result = _phase(context, rate, seconds, f"w{workers}r{rate}")
+                answers = _replies(context["tmp"], context["stubs"])
+                load = os.getloadavg()
+                print(_report(result, answers["replies"], _layout_text(workers, layout)), flush=True)
+                print(f"  load average now {load[0]:.1f}; model calls so far {answers['llm_calls']}", flush=True)
+            for process in started:
+                _stop(process)
 
 
 if __name__ == "__main__":
