@@ -23,7 +23,9 @@ over that time when asked for a stream), `--cards` (the bots answer in streaming
 reply is complete when its card is closed). Slow models (issue 28, goal 1):
 `python -m bench pipeline --model-seconds 10 --cards --rates 5,10,20 --seconds 40 --workers 1`; it then also
 reports turns in flight, PostgreSQL connections to the hub's database (open, and not idle) and RSS/PSS of the hub's
-processes, and CPU per message per role (web, worker, turns, beat, postgres). With AMUX_BENCH_PYSPY=<path to a py-spy binary> (not a
+processes, and CPU per message per role (web, worker, turns, beat, postgres). `--floors` first runs
+`bench floors` in the same run and prints each phase's hub CPU per message as a ratio against the floor of that
+phase's own work (its requests, tasks, statements, model calls and replies per message). With AMUX_BENCH_PYSPY=<path to a py-spy binary> (not a
 requirement: `pip install --target /tmp/pyspy py-spy`), each worker is sampled during every measured phase (only
 stacks holding the GIL: its CPU) and the report adds the functions with the most samples, self and inclusive.
 """
@@ -45,6 +47,8 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from bench import hygiene
 
 RATES = (5, 20, 50, 100)
 PHASE_SECONDS = 20
@@ -811,6 +815,40 @@ def worker_groups(context: dict, started: list[subprocess.Popen], layout: str) -
     return {"web": [context["web"]], **workers, "beat": [context["beat"]]}
 
 
+def _floors(env: dict) -> dict[str, float]:
+    """`--floors`: bench_floors' pieces (ms of CPU each), measured now, in this run, on the same machine."""
+    if "--floors" not in sys.argv:
+        return {}
+    out = Path(tempfile.mkdtemp(prefix="bench_floors_out_"), "floors.json")
+    subprocess.run(
+        [sys.executable, "-c", "from bench import bench_floors; bench_floors.run()"],
+        cwd=ROOT,
+        env={**os.environ, "AMUX_BENCH_FLOORS_OUT": str(out)},
+        check=True,
+        timeout=1800,
+    )
+    return json.loads(out.read_text())
+
+
+def _floor_line(result: dict, floors: dict[str, float], answered: int) -> str:
+    """Hub CPU per message against the floor of what this phase actually did, per message: one request, its tasks
+    (publish + run), its statements, a model call and a Feishu reply per answer (cards make more calls: a floor)."""
+    if not floors:
+        return ""
+    count = len(result["posts"])
+    tasks = sum(n for key, n in result["queries"].items() if key.endswith(":tasks")) / count
+    statements = sum(n for key, n in result["queries"].items() if key.endswith(":queries")) / count
+    rest = sum(1 for post in result["posts"] if post["kind"] == "rest") / count
+    answers = answered / count
+    floor = floors["request"] + tasks * (floors["publish"] + floors["task"]) + statements * floors["statement"]
+    floor += (answers + rest) * floors["llm"] + answers * floors["reply"]
+    hub = 1000 * sum(result["cpu"].values()) / count
+    return (
+        f"  hub CPU per message {hygiene.ratio(hub, floor)} ms (the floor of this phase's own work: "
+        f"{tasks:.2f} tasks, {statements:.1f} statements, {answers + rest:.2f} model calls per message)"
+    )
+
+
 def run() -> None:
     rates = [int(value) for value in _flag("--rates", ",".join(map(str, RATES))).split(",")]
     seconds = int(_flag("--seconds", str(PHASE_SECONDS)))
@@ -819,6 +857,7 @@ def run() -> None:
     with hub("bench_pipeline") as context:
         if context is None:
             return
+        floors = _floors(context["env"])
         for workers in worker_sets:
             started, ready = _workers_start(workers, layout, context["env"], context["tmp"])
             context["processes"] += started
@@ -836,6 +875,9 @@ def run() -> None:
                 answers = _replies(context["tmp"], context["stubs"])
                 load = os.getloadavg()
                 print(_report(result, answers["replies"], _layout_text(workers, layout)), flush=True)
+                answered = sum(1 for post in result["posts"] if post["id"] in answers["replies"])
+                if floors:
+                    print(_floor_line(result, floors, answered), flush=True)
                 print(f"  load average now {load[0]:.1f}; model calls so far {answers['llm_calls']}", flush=True)
             for process in started:
                 _stop(process)
