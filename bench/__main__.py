@@ -9,7 +9,6 @@ their flags, and runs nothing.
 """
 
 import importlib
-import os
 import pkgutil
 import sys
 from pathlib import Path
@@ -50,7 +49,7 @@ def main(argv: list[str]) -> None:
         return
     for name in wanted:
         print(f"\n=== {name}", flush=True)
-        start_load = os.getloadavg()[0]
+        start_load = hygiene.start_load()
         print(hygiene.load_line("start"), "-", hygiene.comparability_note(start_load), flush=True)
         try:
             importlib.import_module(f"bench.{name}").run()
