@@ -20,8 +20,8 @@ install: $(VENV)/.installed
 	$(PY) -m compileall -q $(OUR_PACKAGES)
 
 # The embedded default: SQLite, a broker in a SQLite file (no server), the local_rules provider, demo data,
-# http://127.0.0.1:8000/admin/. honcho runs the Procfile: web (gunicorn), one worker, beat and feishu_connect (the long
-# connection of bots that use it); one Ctrl-C stops all. manage.py's default settings are amuxweb.settings.local.
+# http://127.0.0.1:8000/admin/. honcho runs the Procfile: web (gunicorn), two workers (short tasks;
+# turns), beat and feishu_connect (the long connection of bots that use it); one Ctrl-C stops all. manage.py's default settings are amuxweb.settings.local.
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo

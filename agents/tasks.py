@@ -12,11 +12,13 @@ the sweeper's time limit; past the bound the error propagates and the sweeper re
 """
 
 from celery import shared_task
+from celery.exceptions import Reject
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from agents.models import Automation
 from core import worker_stop
+from core.connections import pool_thread_connection_released
 
 # Above the ledger's caps (model attempts + delivery attempts), which are the real bound.
 TURN_TASK_MAX_RETRIES = 16
@@ -41,8 +43,13 @@ def turn_run_task(self, turn_id: int, database_retries: int = 0) -> str:
     from agents.services.turns import TurnRetryLater, turn_run
     from agents.services.turns.handback import turn_hand_back
 
+    if worker_stop.is_stopping():  # a thread-pool worker between its SIGTERM and its exit: for the next worker
+        raise Reject("the worker is stopping", requeue=True)
     try:
-        with worker_stop.turn_running(turn_id=turn_id):
+        with (
+            pool_thread_connection_released(),
+            worker_stop.turn_running(turn_id=turn_id, task_id=self.request.id or ""),
+        ):
             while True:
                 try:
                     return turn_run(turn_id=turn_id)
@@ -62,7 +69,8 @@ def turn_run_task(self, turn_id: int, database_retries: int = 0) -> str:
                     retry_kwargs = {"turn_id": turn_id, "database_retries": database_retries}
                     raise self.retry(exc=exc, countdown=countdown, args=(), kwargs=retry_kwargs) from exc
     except worker_stop.WorkerStopping:
-        turn_hand_back(turn_id=turn_id)
+        if not worker_stop.was_handed_back(turn_id=turn_id):  # a thread pool's stop hands back for its threads
+            turn_hand_back(turn_id=turn_id)
         return "handed back"
 
 
@@ -77,13 +85,14 @@ def automation_run_task(self, automation_id: int, run_id: str = "") -> str | Non
         # Deleted, or it or its bot disabled since the schedule was synced (a bot's save does not re-sync its
         # automations' periodic tasks: this check is what keeps a disabled bot quiet). "Run now" passes a run_id.
         return None
-    while True:
-        try:
-            return automation_run(automation=automation, run_id=run_id or self.request.id)
-        except TurnRetryLater as exc:
-            if self.request.is_eager:
-                continue  # see turn_run_task
-            raise self.retry(exc=exc, countdown=exc.countdown_seconds) from exc
+    with pool_thread_connection_released():
+        while True:
+            try:
+                return automation_run(automation=automation, run_id=run_id or self.request.id)
+            except TurnRetryLater as exc:
+                if self.request.is_eager:
+                    continue  # see turn_run_task
+                raise self.retry(exc=exc, countdown=exc.countdown_seconds) from exc
 
 
 @shared_task

@@ -1,8 +1,11 @@
 """`make bench`: runs every bench/bench_*.py module's run() in turn and prints its results.
 
-Each benchmark reports ratios measured within one run; none of them is a timed test.
-Pass module names to run only some: `python -m bench selection turns`. Arguments that are not names (flags and their values) are a
-bench's own flags (it reads them from sys.argv), e.g. `python -m bench dashboard --scale 0.01`.
+Each benchmark reports ratios measured within one run; none of them is a timed test. Around each one this prints
+the load average at its start and its end, and "NOT COMPARABLE" when the machine was busy as it started
+(bench/hygiene.py). Pass module names to run only some: `python -m bench selection turns`. Arguments from the first
+flag on are the benches' own flags (each reads them from sys.argv), e.g.
+`python -m bench dashboard --scale 0.01`. `python -m bench [names] --help` prints what the benches measure and
+their flags, and runs nothing.
 """
 
 import importlib
@@ -10,13 +13,48 @@ import pkgutil
 import sys
 from pathlib import Path
 
+from bench import hygiene
+
+
+def bench_names() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
+
+
+def wanted_names(argv: list[str]) -> list[str]:
+    """The benches named in argv before its first flag (with or without the bench_ prefix), every bench when none
+    is; an unknown name is an error, not a silent run of everything."""
+    known = bench_names()
+    leading = next((index for index, arg in enumerate(argv) if arg.startswith("-")), len(argv))
+    named = [f"bench_{arg.removeprefix('bench_')}" for arg in argv[:leading]]
+    unknown = [name for name in named if name not in known]
+    if unknown:
+        raise SystemExit(
+            f"unknown bench {', '.join(n[6:] for n in unknown)}; the benches: {', '.join(n[6:] for n in known)}"
+        )
+    return named or known
+
+
+def help_text(names: list[str]) -> str:
+    sections = ["python -m bench [name ...] [flags]: runs the named benches (every one without a name).\n"]
+    for name in names:
+        doc = (importlib.import_module(f"bench.{name}").__doc__ or "(no description)").strip()
+        sections.append(f"=== {name.removeprefix('bench_')}\n{doc}\n")
+    return "\n".join(sections)
+
 
 def main(argv: list[str]) -> None:
-    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
-    wanted = [f"bench_{name.removeprefix('bench_')}" for name in argv if name.isidentifier()] or names
+    wanted = wanted_names(argv)
+    if "--help" in argv or "-h" in argv:
+        print(help_text(wanted))
+        return
     for name in wanted:
         print(f"\n=== {name}", flush=True)
-        importlib.import_module(f"bench.{name}").run()
+        start_load = hygiene.start_load()
+        print(hygiene.load_line("start"), "-", hygiene.comparability_note(start_load), flush=True)
+        try:
+            importlib.import_module(f"bench.{name}").run()
+        finally:
+            print(hygiene.load_line("end"), "-", hygiene.comparability_note(start_load), flush=True)
 
 
 if __name__ == "__main__":

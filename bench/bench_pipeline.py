@@ -15,11 +15,22 @@ latency, CPU ms per message of the web, worker and PostgreSQL processes (/proc, 
 database only), statements per task by outcome (counted in the workers), and sequential scans per message by table
 (pg_stat_user_tables). Every figure is a ratio or count within one run; the machine is shared, so the load average
 is printed beside them. Bounded: PHASE_SECONDS per rate, DRAIN_SECONDS at most to drain, leftovers purged.
-Flags: `--rates 5,20`, `--seconds 20`, `--workers 1,2`. With AMUX_BENCH_PYSPY=<path to a py-spy binary> (not a
+Flags: `--rates 5,20`, `--seconds 20`, `--workers 1,2` (worker sets, one after another), `--layout procfile` (the
+default: per set one `worker` prefork process with SHORT_CONCURRENCY children for every queue but turns and N
+`turns` workers with `--turn-threads` threads, as the Procfile runs them) or `--layout shared` (issue 11's: N
+workers with WORKER_THREADS threads, every queue), `--model-seconds 0.3` (the LLM stub's time per answer, streamed
+over that time when asked for a stream), `--cards` (the bots answer in streaming cards: every turn streams, and a
+reply is complete when its card is closed). Slow models (issue 28, goal 1):
+`python -m bench pipeline --model-seconds 10 --cards --rates 5,10,20 --seconds 40 --workers 1`; it then also
+reports turns in flight, PostgreSQL connections to the hub's database (open, and not idle) and RSS/PSS of the hub's
+processes, and CPU per message per role (web, worker, turns, beat, postgres). `--floors` first runs
+`bench floors` in the same run and prints each phase's hub CPU per message as a ratio against the floor of that
+phase's own work (its requests, tasks, statements, model calls and replies per message). With AMUX_BENCH_PYSPY=<path to a py-spy binary> (not a
 requirement: `pip install --target /tmp/pyspy py-spy`), each worker is sampled during every measured phase (only
 stacks holding the GIL: its CPU) and the report adds the functions with the most samples, self and inclusive.
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -33,15 +44,24 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from bench import hygiene
 
 RATES = (5, 20, 50, 100)
 PHASE_SECONDS = 20
 WORKER_SETS = (1, 2)
 WORKER_THREADS = 16
 MODEL_LATENCY_SECONDS = 0.3
+STREAM_WORDS = 40
 DRAIN_SECONDS = 30
+# `--layout procfile` (the default): the Procfile's two workers, `worker` (prefork, SHORT_CONCURRENCY children,
+# every queue but turns) and per worker set that many `turns` workers (threads, `--turn-threads`); `--layout
+# shared`: the issue-11 layout, each worker every queue with WORKER_THREADS threads.
+SHORT_CONCURRENCY = 2
+TURN_THREADS = 500
 WARMUP_RATE, WARMUP_SECONDS = 4, 8
 BOTS, GROUPS, DISCUSS_EVERY = 10, 50, 5  # every 5th group is a discuss group
 DEFAULT_REDIS = "redis://127.0.0.1:6379/7"
@@ -54,6 +74,16 @@ def _flag(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv[:-1] else default
 
 
+def _model_seconds() -> float:
+    """How long the model stub takes per answer (`--model-seconds`, also read by the stubs' child)."""
+    return float(os.environ.get("AMUX_BENCH_MODEL_SECONDS") or _flag("--model-seconds", str(MODEL_LATENCY_SECONDS)))
+
+
+def _cards() -> bool:
+    """`--cards`: the bots answer in streaming cards (markdown_card), so every turn streams its model's answer."""
+    return "--cards" in sys.argv
+
+
 # --- the stubs' child process ----------------------------------------------------------------------------
 def _serve_stubs(directory: str) -> None:
     """Child: both stubs until SIGTERM, then every reply the Feishu stub took (parent message id, monotonic time)."""
@@ -62,10 +92,17 @@ def _serve_stubs(directory: str) -> None:
 
     feishu = FeishuStubServer().start()
     llm = LLMStubServer().start()
-    llm.respond_with(
-        "openai_chat",
-        lambda request: StubResponse(body=openai_chat_body(text="noted"), delay_seconds=MODEL_LATENCY_SECONDS),
-    )
+    seconds = _model_seconds()
+    answer = "noted: " + " ".join(f"w{index}" for index in range(STREAM_WORDS))
+
+    def respond(request) -> StubResponse:
+        # Streamed (a card bot asks for a stream): about STREAM_WORDS text events spread over the model's time;
+        # whole after the same time otherwise.
+        if request.json.get("stream") is True:
+            return StubResponse(body=openai_chat_body(text=answer), chunk_delay_seconds=seconds / (STREAM_WORDS + 4))
+        return StubResponse(body=openai_chat_body(text="noted"), delay_seconds=seconds)
+
+    llm.respond_with("openai_chat", respond)
     stopping, dump = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: (stopping.set(), dump.set()))
     signal.signal(signal.SIGUSR1, lambda *_: dump.set())  # after each phase: what has arrived so far
@@ -74,14 +111,36 @@ def _serve_stubs(directory: str) -> None:
         dump.wait()
         dump.clear()
         with feishu.stub.lock:
-            at = {
-                request.path.split("/")[-2]: request.at
-                for request in feishu.stub.requests
-                if request.route == "reply" and request.status == 200
-            }
+            requests = list(feishu.stub.requests)
+        at = _reply_times(requests)
+        counts: dict[str, int] = {}
+        for request in requests:
+            if request.route == "reply" and request.status == 200:
+                parent = request.path.split("/")[-2]
+                counts[parent] = counts.get(parent, 0) + 1
         written = Path(directory, "replies.json.part")
-        written.write_text(json.dumps({"replies": at, "llm_calls": len(llm.requests)}))
+        written.write_text(json.dumps({"replies": at, "reply_counts": counts, "llm_calls": len(llm.requests)}))
         written.rename(Path(directory, "replies.json"))
+
+
+def _reply_times(requests: list) -> dict[str, float]:
+    """{parent message id: when its reply was complete}: the reply itself, or for a streaming card the last
+    request that touched the card (its close)."""
+    last_touch: dict[str, float] = {}
+    for request in requests:
+        if request.route in ("card_content", "card_settings") and request.status == 200:
+            card_id = request.path.split("/")[-2]
+            last_touch[card_id] = max(last_touch.get(card_id, 0.0), request.at)
+    at = {}
+    for request in requests:
+        if request.route == "reply" and request.status == 200:
+            body = request.body if isinstance(request.body, dict) else {}
+            content = body.get("content") or ""
+            card_id = ""
+            if body.get("msg_type") == "interactive" and '"card_id"' in content:
+                card_id = str((json.loads(content).get("data") or {}).get("card_id") or "")
+            at[request.path.split("/")[-2]] = max(request.at, last_touch.get(card_id, 0.0))
+    return at
 
 
 def _replies(directory: Path, stubs: subprocess.Popen) -> dict:
@@ -155,7 +214,7 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from agents.models import Bot, LLMModel, Provider, Thread
 from threadcontext.models import Workspace
-llm, bots, groups = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+llm, bots, groups, reply_format = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[5]
 user = get_user_model().objects.create(username="bench")
 token = Token.objects.create(user=user).key
 model = LLMModel.objects.create(provider=Provider.objects.create(name="stub", kind="openai_chat", base_url=llm,
@@ -168,7 +227,7 @@ for index in range(bots):
     bot = Bot.objects.create(slug=f"bench-{index}", name=f"Bench {index}", owner=user, primary_model=model,
         feishu_app_id=f"cli_bench_{index}", feishu_app_secret="s", feishu_encrypt_key=key,
         feishu_verification_token=f"token-{index}", feishu_bot_open_id=f"ou_bench_{index}",
-        reply_format="text", receipt_emoji="", discuss_probe_mode="model", discuss_probe_model=judge,
+        reply_format=reply_format, receipt_emoji="", discuss_probe_mode="model", discuss_probe_model=judge,
         probe_debounce_initial_ms=500, probe_debounce_max_ms=2000)
     rest = Thread.objects.create(bot=bot, runtime_mode="chat", channel="rest", title="bench")
     out["bots"].append({"slug": bot.slug, "app_id": bot.feishu_app_id, "key": key, "token": f"token-{index}",
@@ -329,6 +388,26 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
+def _rss_mib(pid: int) -> float:
+    """The process's resident memory in MiB (RSS: pages shared by fork count in each process)."""
+    return _proc_kib(f"/proc/{pid}/status", "VmRSS:") / 1024
+
+
+def _pss_mib(pid: int) -> float:
+    """Its proportional share (PSS: a page shared by n processes counts 1/n in each): the sum is the real total."""
+    return _proc_kib(f"/proc/{pid}/smaps_rollup", "Pss:") / 1024
+
+
+def _proc_kib(path: str, field: str) -> float:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0.0
+
+
 def _tree(pid: int) -> list[int]:
     pids, index = [pid], 0
     while index < len(pids):
@@ -356,6 +435,13 @@ class Sampler(threading.Thread):
         self.groups = groups
         self.cpu: dict[tuple[str, int], float] = {}
         self.backlog: list[tuple[float, int, int]] = []  # (time, queue depth, pending rows)
+        # (time, PostgreSQL connections open to this database, of them not idle, RSS MiB of the hub's processes,
+        # turns running or replied = in flight, PSS MiB of the hub's processes)
+        self.resources: list[tuple[float, int, int, float, int, float]] = []
+        self.rss_by_pid: dict[int, float] = {}
+        self.rss_history: list[
+            tuple[float, dict[tuple[str, int], float]]
+        ] = []  # every sample: (time, {(role, pid): MiB})
         self.stopping = threading.Event()
         self.lock = threading.Lock()
 
@@ -367,20 +453,32 @@ class Sampler(threading.Thread):
             " + (SELECT count(*) FROM feishu_inboundevent WHERE status = 'processing')"
             " + (SELECT count(*) FROM agents_turn WHERE status IN ('queued', 'running', 'replied'))"
         ).fetchone()[0]
-        backends = [
-            row[0]
-            for row in self.db.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-        ]
+        activity = self.db.execute(
+            "SELECT pid, state FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+        backends = [pid for pid, _ in activity]
+        in_flight = self.db.execute(
+            "SELECT count(*) FROM agents_turn WHERE status IN ('running', 'replied')"
+        ).fetchone()[0]
+        rss: dict[int, float] = {}
+        by_process: dict[tuple[str, int], float] = {}
+        pss = 0.0
         with self.lock:
             for group, processes in self.groups.items():
                 for process in processes:
                     for pid in _tree(process.pid):
                         self.cpu[(group, pid)] = _cpu_seconds(pid) or self.cpu.get((group, pid), 0.0)
+                        rss[pid] = _rss_mib(pid)
+                        by_process[(group, pid)] = rss[pid]
+                        pss += _pss_mib(pid)
             for pid in backends:
                 self.cpu[("postgres", pid)] = _cpu_seconds(pid) or self.cpu.get(("postgres", pid), 0.0)
-            self.backlog.append((time.monotonic(), depth, rows))
+            now = time.monotonic()
+            self.backlog.append((now, depth, rows))
+            busy = sum(1 for _, state in activity if state != "idle")
+            self.resources.append((now, len(activity), busy, sum(rss.values()), in_flight, pss))
+            self.rss_by_pid = rss
+            self.rss_history.append((now, by_process))
         return depth, rows
 
     def cpu_by_group(self) -> dict[str, float]:
@@ -462,10 +560,14 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
     )
     load = json.loads(out_file.read_text())
     load_end = time.monotonic()
+    # With a slow model the first model_seconds only fill the pipeline with turns in flight: the backlog's trend
+    # is judged after them.
+    steady = load["started"] + _model_seconds() + 2
     with sampler.lock:
-        during = [depth + rows for at, depth, rows in sampler.backlog if load["started"] <= at <= load_end]
+        during = [depth + rows for at, depth, rows in sampler.backlog if steady <= at <= load_end]
+        resources = [sample for sample in sampler.resources if load["started"] <= sample[0] <= load_end]
     drained_after = None
-    while time.monotonic() - load_end < DRAIN_SECONDS:
+    while time.monotonic() - load_end < _drain_seconds():
         depth, rows = sampler.sample()
         if depth + rows == 0:
             drained_after = time.monotonic() - load_end
@@ -484,6 +586,7 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
         "elapsed": max(post["sent"] for post in posts) - load["started"],
         "load_end": load_end,
         "during": during,
+        "resources": resources,
         "drained_after": drained_after,
         "left": left,
         "cpu": {group: cpu_after.get(group, 0.0) - cpu_before.get(group, 0.0) for group in cpu_after},
@@ -491,6 +594,51 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
         "queries": counts,
         "profile": profile,
     }
+
+
+def _layout_text(workers: int, layout: str) -> str:
+    if layout == "shared":
+        return f"{workers} worker(s) x {WORKER_THREADS} threads, every queue"
+    threads = int(_flag("--turn-threads", str(TURN_THREADS)))
+    return f"1 worker (prefork x {SHORT_CONCURRENCY}) + {workers} turns worker(s) x {threads} threads"
+
+
+def _workers_start(workers: int, layout: str, env: dict, tmp: Path) -> tuple[list[subprocess.Popen], list[Path]]:
+    """The worker processes of one worker set and the files each touches when ready."""
+    celery = [str(Path(sys.executable).parent / "celery"), "-A", "amuxweb", "worker", "--without-gossip"]
+    common = ["--without-mingle", "--loglevel=WARNING", "--include=bench.bench_pipeline"]
+    if layout == "shared":
+        commands = [
+            ["--pool=threads", f"--concurrency={WORKER_THREADS}", f"--hostname=pipeline{index}-{os.getpid()}@%h"]
+            for index in range(workers)
+        ]
+    else:
+        threads = int(_flag("--turn-threads", str(TURN_THREADS)))
+        commands = [
+            ["-Q", "intake,deliveries,probe,maintenance", f"--concurrency={SHORT_CONCURRENCY}"]
+            + [f"--hostname=short-{os.getpid()}@%h"]
+        ] + [
+            ["-Q", "turns", "--pool=threads", f"--concurrency={threads}", f"--hostname=turns{index}-{os.getpid()}@%h"]
+            for index in range(workers)
+        ]
+    started, ready = [], []
+    for index, args in enumerate(commands):
+        ready.append(tmp / f"ready{workers}_{index}")
+        started.append(
+            _spawn(
+                celery + args + common,
+                env,
+                tmp,
+                f"worker{workers}_{index}",
+                AMUX_BENCH_COUNT_QUERIES="1",
+                AMUX_BENCH_READY_FILE=str(ready[-1]),
+            )
+        )
+    return started, ready
+
+
+def _drain_seconds() -> float:
+    return max(DRAIN_SECONDS, 2 * _model_seconds() + 10)
 
 
 def _purge(context: dict) -> int:
@@ -509,13 +657,13 @@ def _purge(context: dict) -> int:
     return left
 
 
-def _report(result: dict, replies: dict[str, float], workers: int) -> str:
+def _report(result: dict, replies: dict[str, float], layout: str) -> str:
     posts, rate = result["posts"], result["rate"]
     count = len(posts)
     expected = [post for post in posts if post["kind"] in ("mention", "topic", "dm")]
     overheads = {
         kind: [
-            replies[post["id"]] - post["sent"] - MODEL_LATENCY_SECONDS
+            replies[post["id"]] - post["sent"] - _model_seconds()
             for post in expected
             if post["kind"] == kind and post["id"] in replies
         ]
@@ -527,17 +675,25 @@ def _report(result: dict, replies: dict[str, float], workers: int) -> str:
     during = result["during"] or [0]
     third = max(1, len(during) // 3)
     growth = statistics.mean(during[-third:]) - statistics.mean(during[:third])
-    sustained = result["drained_after"] is not None and result["drained_after"] <= 5 and result["left"] == 0
+    sustained = (
+        result["drained_after"] is not None and result["drained_after"] <= _model_seconds() + 5 and result["left"] == 0
+    )
+    resources = result["resources"] or [(0.0, 0, 0, 0.0, 0, 0.0)]
     cpu = "  ".join(f"{group} {1000 * seconds / count:.1f}" for group, seconds in sorted(result["cpu"].items()))
     scans = {table: n for table, n in result["scans"].items() if n}
     lines = [
-        f"{workers} worker(s) x {WORKER_THREADS} threads, offered {rate}/s for {result['elapsed']:.0f} s: "
+        f"{layout}; model {_model_seconds():g} s{' streamed into cards' if _cards() else ''}; "
+        f"offered {rate}/s for {result['elapsed']:.0f} s: "
         f"{count} messages ({sum(1 for p in posts if p['status'] != 200 and p['status'] != 202)} non-2xx), "
         f"{answered}/{len(expected)} replies at the stub ({within / max(result['elapsed'], 1):.1f}/s during the load)",
         f"  backlog (queues + pending rows): max {max(during)}, last third minus first third {growth:+.0f}; "
         + (f"drained {result['drained_after']:.1f} s after the load" if result["drained_after"] is not None else "")
-        + (f"NOT drained within {DRAIN_SECONDS} s ({result['left']} rows purged)" if result["left"] else "")
+        + (f"NOT drained within {_drain_seconds():.0f} s ({result['left']} rows purged)" if result["left"] else "")
         + f" -> {'sustained' if sustained else 'NOT sustained'}",
+        f"  turns in flight max {max(r[4] for r in resources)}; PostgreSQL connections to the hub's database: open "
+        f"max {max(r[1] for r in resources)} (not idle max {max(r[2] for r in resources)}); RSS of the hub's "
+        f"processes max {max(r[3] for r in resources):.0f} MiB, PSS max {max(r[5] for r in resources):.0f} MiB "
+        "(web, workers, beat; RSS counts pages shared by fork in each process, PSS once)",
         "  overhead (webhook -> reply at the stub - model latency) p50/p99 s: "
         + "  ".join(
             f"{kind} {statistics.median(values):.2f}/{_percentile(values, 0.99):.2f}"
@@ -559,33 +715,43 @@ def _report(result: dict, replies: dict[str, float], workers: int) -> str:
     return "\n".join(lines + ([result["profile"]] if result["profile"] else []))
 
 
-def run() -> None:
+@contextlib.contextmanager
+def hub(suffix: str) -> Iterator[dict | None]:
+    """The hub without its workers, for one bench run: the stubs' child process, a database of its own (migrated,
+    the bench's bots and groups), gunicorn and beat. Yields a context dict, or None (after saying why) when there
+    is no PostgreSQL or Redis to measure against; stops everything, drops the database and prints the processes'
+    errors at the end. Workers the caller starts go into `context["processes"]` to be stopped with the rest."""
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "amuxweb.settings.test")
     django.setup()
     import redis
 
-    rates = [int(value) for value in _flag("--rates", ",".join(map(str, RATES))).split(",")]
-    seconds = int(_flag("--seconds", str(PHASE_SECONDS)))
-    worker_sets = [int(value) for value in _flag("--workers", ",".join(map(str, WORKER_SETS))).split(",")]
     redis_url = os.environ.get("REDIS_URL") or DEFAULT_REDIS
     try:
         redis.Redis.from_url(redis_url, socket_timeout=2).ping()
-        database_url, admin_url = _database()
+        database_url, admin_url = _database(suffix)
     except Exception as error:  # no server to measure against: say so, as the other benches do
         print(f"skipped: needs PostgreSQL and Redis on 127.0.0.1 ({type(error).__name__}: {error})")
+        yield None
         return
-    tmp = Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
-    stubs = _spawn([sys.executable, "-m", "bench.bench_pipeline", "--stubs", str(tmp)], os.environ, tmp, "stubs")
-    processes: list[subprocess.Popen] = [stubs]
-    sampler = None
+    tmp = Path(tempfile.mkdtemp(prefix=f"{suffix}_"))
+    stubs = _spawn(
+        [sys.executable, "-m", "bench.bench_pipeline", "--stubs", str(tmp)],
+        os.environ,
+        tmp,
+        "stubs",
+        AMUX_BENCH_MODEL_SECONDS=str(_model_seconds()),
+    )
+    context: dict = {"tmp": tmp, "stubs": stubs, "processes": [stubs], "redis_url": redis_url}
+    context["database_url"] = database_url
     try:
         _wait_for(lambda: Path(tmp, "ports.json").exists(), "the stubs")
         ports = json.loads(Path(tmp, "ports.json").read_text())
         env = _env(database_url, redis_url, ports["feishu"])
         setup = subprocess.run(
-            [sys.executable, "-c", PREPARE, ports["llm"], str(BOTS), str(GROUPS), str(DISCUSS_EVERY)],
+            [sys.executable, "-c", PREPARE, ports["llm"], str(BOTS), str(GROUPS), str(DISCUSS_EVERY)]
+            + ["markdown_card" if _cards() else "text"],
             env=env,
             cwd=ROOT,
             check=True,
@@ -612,7 +778,7 @@ def run() -> None:
             tmp,
             "beat",
         )
-        processes += [web, beat]
+        context["processes"] += [web, beat]
 
         def ping() -> bool:
             try:
@@ -622,54 +788,18 @@ def run() -> None:
                 return False
 
         _wait_for(ping, "gunicorn")
-        load = os.getloadavg()
-        print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} cores)", flush=True)
-        for workers in worker_sets:
-            started = [
-                _spawn(
-                    [str(bin_dir / "celery"), "-A", "amuxweb", "worker", "--pool=threads"]
-                    + [f"--concurrency={WORKER_THREADS}", "--without-gossip", "--without-mingle"]
-                    + ["--loglevel=WARNING", f"--hostname=pipeline{index}-{os.getpid()}@%h"]
-                    + ["--include=bench.bench_pipeline"],
-                    env,
-                    tmp,
-                    f"worker{workers}_{index}",
-                    AMUX_BENCH_COUNT_QUERIES="1",
-                    AMUX_BENCH_READY_FILE=str(tmp / f"ready{workers}_{index}"),
-                )
-                for index in range(workers)
-            ]
-            processes += started
-            _wait_for(
-                lambda workers=workers: all(Path(tmp, f"ready{workers}_{i}").exists() for i in range(workers)),
-                "the workers",
-                seconds=180,
-            )
-            if sampler is not None:
-                sampler.stopping.set()
-            sampler = Sampler(database_url, redis_url, {"web": [web], "worker": started})
-            sampler.start()
-            context = {"sampler": sampler, "base": base, "setup_file": str(setup_file), "env": env, "tmp": tmp}
-            context["workers"] = started
-            # Not reported: every process imports its SDKs and opens its connections on its first messages.
-            _phase(context, WARMUP_RATE, WARMUP_SECONDS, f"w{workers}warm")
-            context["profiled"] = True
-            for rate in rates:
-                result = _phase(context, rate, seconds, f"w{workers}r{rate}")
-                answers = _replies(tmp, stubs)
-                load = os.getloadavg()
-                print(_report(result, answers["replies"], workers), flush=True)
-                print(f"  load average now {load[0]:.1f}; model calls so far {answers['llm_calls']}", flush=True)
-            for process in started:
-                _stop(process)
+        context.update(env=env, setup_file=str(setup_file), base=base, web=web, beat=beat)
+        yield context
     finally:
-        if sampler is not None:
-            sampler.stopping.set()
-        for process in reversed(processes):
+        if context.get("sampler") is not None:
+            context["sampler"].stopping.set()
+        for process in reversed(context["processes"]):
             _stop(process)
         for log in sorted(tmp.glob("*.log")):
             text = log.read_text(errors="replace")
-            if "Traceback" in text:
+            # The stubs' HTTP server logs a client that closed its kept-alive connection: not an error of the hub.
+            tracebacks = text.count("Traceback") - text.count("ConnectionResetError: [Errno 104]")
+            if tracebacks > 0:
                 print(f"errors in {log.name}:\n{text[-2500:]}")
         import psycopg
 
@@ -677,6 +807,80 @@ def run() -> None:
             admin.execute(f'DROP DATABASE IF EXISTS "{database_url.rsplit("/", 1)[1]}" WITH (FORCE)')
         redis.Redis.from_url(redis_url).delete(QUERY_COUNTS_KEY)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def worker_groups(context: dict, started: list[subprocess.Popen], layout: str) -> dict[str, list[subprocess.Popen]]:
+    """The processes measured, by role: the Procfile layout's short-task worker and turns workers apart."""
+    workers = {"worker": started} if layout == "shared" else {"worker": started[:1], "turns": started[1:]}
+    return {"web": [context["web"]], **workers, "beat": [context["beat"]]}
+
+
+def _floors(env: dict) -> dict[str, float]:
+    """`--floors`: bench_floors' pieces (ms of CPU each), measured now, in this run, on the same machine."""
+    if "--floors" not in sys.argv:
+        return {}
+    out = Path(tempfile.mkdtemp(prefix="bench_floors_out_"), "floors.json")
+    subprocess.run(
+        [sys.executable, "-c", "from bench import bench_floors; bench_floors.run()"],
+        cwd=ROOT,
+        env={**os.environ, "AMUX_BENCH_FLOORS_OUT": str(out)},
+        check=True,
+        timeout=1800,
+    )
+    return json.loads(out.read_text())
+
+
+def _floor_line(result: dict, floors: dict[str, float], answered: int) -> str:
+    """Hub CPU per message against the floor of what this phase actually did, per message: one request, its tasks
+    (publish + run), its statements, a model call and a Feishu reply per answer (cards make more calls: a floor)."""
+    if not floors:
+        return ""
+    count = len(result["posts"])
+    tasks = sum(n for key, n in result["queries"].items() if key.endswith(":tasks")) / count
+    statements = sum(n for key, n in result["queries"].items() if key.endswith(":queries")) / count
+    rest = sum(1 for post in result["posts"] if post["kind"] == "rest") / count
+    answers = answered / count
+    floor = floors["request"] + tasks * (floors["publish"] + floors["task"]) + statements * floors["statement"]
+    floor += (answers + rest) * floors["llm"] + answers * floors["reply"]
+    hub = 1000 * sum(result["cpu"].values()) / count
+    return (
+        f"  hub CPU per message {hygiene.ratio(hub, floor)} ms (the floor of this phase's own work: "
+        f"{tasks:.2f} tasks, {statements:.1f} statements, {answers + rest:.2f} model calls per message)"
+    )
+
+
+def run() -> None:
+    rates = [int(value) for value in _flag("--rates", ",".join(map(str, RATES))).split(",")]
+    seconds = int(_flag("--seconds", str(PHASE_SECONDS)))
+    worker_sets = [int(value) for value in _flag("--workers", ",".join(map(str, WORKER_SETS))).split(",")]
+    layout = _flag("--layout", "procfile")
+    with hub("bench_pipeline") as context:
+        if context is None:
+            return
+        floors = _floors(context["env"])
+        for workers in worker_sets:
+            started, ready = _workers_start(workers, layout, context["env"], context["tmp"])
+            context["processes"] += started
+            _wait_for(lambda ready=ready: all(path.exists() for path in ready), "the workers", seconds=180)
+            if context.get("sampler") is not None:
+                context["sampler"].stopping.set()
+            sampler = Sampler(context["database_url"], context["redis_url"], worker_groups(context, started, layout))
+            sampler.start()
+            context.update(sampler=sampler, workers=started, profiled=False)
+            # Not reported: every process imports its SDKs and opens its connections on its first messages.
+            _phase(context, WARMUP_RATE, WARMUP_SECONDS, f"w{workers}warm")
+            context["profiled"] = True
+            for rate in rates:
+                result = _phase(context, rate, seconds, f"w{workers}r{rate}")
+                answers = _replies(context["tmp"], context["stubs"])
+                load = os.getloadavg()
+                print(_report(result, answers["replies"], _layout_text(workers, layout)), flush=True)
+                answered = sum(1 for post in result["posts"] if post["id"] in answers["replies"])
+                if floors:
+                    print(_floor_line(result, floors, answered), flush=True)
+                print(f"  load average now {load[0]:.1f}; model calls so far {answers['llm_calls']}", flush=True)
+            for process in started:
+                _stop(process)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,25 @@ a delivery: short, idempotent) ignores the signal and finishes within the warm s
 
 Process-global state is right here: a prefork child runs one task at a time, on its main thread, which is where
 Python runs signal handlers.
+
+The turns worker runs a thread pool (issue 28: hundreds of turns in flight per process, each mostly waiting for
+its model). There the SIGTERM reaches the worker's own main thread, which starts Celery's warm shutdown; that waits
+for the pool's threads, and honcho's SIGKILL comes first. So on `worker_shutting_down` the main thread hands back
+every turn this process is running (`threads_hand_back`, connected in amuxweb.celery), each once, and raises
+`WorkerStopping` in each turn's thread (CPython's asynchronous exception): a thread running Python stops at once,
+one blocked reading a model's answer stops as its next chunk arrives, before anything of this run is stored. Its
+task then sees the turn was already handed back and only acknowledges its message. The stopping worker still
+consumes for a moment after the signal: a turn task it receives then is rejected back to the queue (`is_stopping`),
+for the next worker, instead of starting a turn the SIGKILL would cut.
 """
 
 import contextlib
+import ctypes
 import signal
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+
+from celery.worker import state as worker_state
 
 
 class WorkerStopping(BaseException):
@@ -25,6 +39,12 @@ class WorkerStopping(BaseException):
 
 _running_turn: list[int] = []  # the turn this child is running, if any (a list: no `global` statement needed)
 _in_pool_child: list[bool] = []  # set in prefork children only (worker_process_init)
+# A thread pool's turns: {thread id: (turn id, its task's id)} of the turns running now, and the turns the stop
+# handed back.
+_thread_turns: dict[int, tuple[int, str]] = {}
+_handed_back: set[int] = set()
+_threads_lock = threading.Lock()
+_stopping = threading.Event()
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -43,14 +63,18 @@ def pool_child_mark(**_: object) -> None:
 
 
 @contextlib.contextmanager
-def turn_running(*, turn_id: int) -> Iterator[None]:
+def turn_running(*, turn_id: int, task_id: str = "") -> Iterator[None]:
     """While the block runs in a pool child, a SIGTERM to it raises WorkerStopping inside the block.
 
     Elsewhere (the solo pool, where the worker's main process runs the task and Celery's own handler starts its
     warm shutdown; eager tests) nothing changes.
     """
     if not _in_pool_child:
-        yield
+        if threading.current_thread() is threading.main_thread():
+            yield  # the solo pool or an eager call: Celery's own shutdown, or nothing, applies
+            return
+        with _thread_turn(turn_id=turn_id, task_id=task_id):
+            yield
         return
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     _running_turn[:] = [turn_id]
@@ -59,3 +83,54 @@ def turn_running(*, turn_id: int) -> Iterator[None]:
     finally:
         _running_turn.clear()
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _thread_turn(*, turn_id: int, task_id: str) -> Iterator[None]:
+    """A pool thread's turn, registered so that a stop can hand it back and stop the thread."""
+    ident = threading.get_ident()
+    with _threads_lock:
+        _thread_turns[ident] = (turn_id, task_id)
+    try:
+        yield
+    finally:
+        # Under the lock: once unregistered, no stop raises into this thread any more.
+        with _threads_lock:
+            _thread_turns.pop(ident, None)
+
+
+def was_handed_back(*, turn_id: int) -> bool:
+    """Whether this process's stop already handed the turn back (its task must not hand it back again)."""
+    with _threads_lock:
+        return turn_id in _handed_back
+
+
+def is_stopping() -> bool:
+    """Whether this (thread-pool) worker is stopping: it starts no turn any more."""
+    return _stopping.is_set()
+
+
+def threads_hand_back(*, hand_back: Callable[..., object]) -> list[int]:
+    """The worker is stopping: hand back every turn its pool threads run, and stop those threads; the turn ids."""
+    _stopping.set()
+    with _threads_lock:
+        running = dict(_thread_turns)
+        _handed_back.update(turn_id for turn_id, _ in running.values())
+        for ident in running:
+            # Raised at the thread's next Python instruction; it is still inside its turn (registered, under lock).
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(WorkerStopping))
+    for turn_id, _ in running.values():
+        hand_back(turn_id=turn_id)
+    _acknowledge(task_ids={task_id for _, task_id in running.values()})
+    return sorted(turn_id for turn_id, _ in running.values())
+
+
+def _acknowledge(*, task_ids: set[str]) -> None:
+    """Acknowledge the handed-back turns' task messages now, as a prefork child's "handed back" return does: the
+    SIGKILL that ends a thread still waiting for its model would leave them unacknowledged, and the broker would
+    redeliver them (after its visibility timeout) beside the handback's own message. Directly on the message:
+    `Request.acknowledge` only schedules the ack on the worker's event loop, which the shutdown stops first."""
+    for request in list(worker_state.active_requests):
+        if request.id in task_ids and not request.acknowledged:
+            request.message.ack()
+            request.acknowledged = True

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from agents.models import Message, Thread, Turn
 from agents.services.turns.assembly import NO_ATTACHMENTS, TurnAttachments
+from core.connections import connection_release
 from core.text import TranslatableText
 
 
@@ -42,6 +43,26 @@ class StreamSink:
 
     def tool_step(self, label: str) -> None:
         return None
+
+
+class ConnectionReleasingSink(StreamSink):
+    """The channel's sink, closing the database connection its notes (a streaming card's ids) opened: a turn
+    streaming its answer holds no connection between the model's chunks either (core.connections, issue 28)."""
+
+    def __init__(self, sink: StreamSink) -> None:
+        self.sink = sink
+
+    def text(self, delta: str) -> None:
+        try:
+            self.sink.text(delta)
+        finally:
+            connection_release()
+
+    def tool_step(self, label: str) -> None:
+        try:
+            self.sink.tool_step(label)
+        finally:
+            connection_release()
 
 
 @dataclass(frozen=True)

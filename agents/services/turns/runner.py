@@ -43,6 +43,7 @@ from agents.models import LLMModel, Turn
 from agents.services.turns import ledger
 from agents.services.turns.assembly import PrimaryInput, context_messages_upper_bound, primary_input_build
 from agents.services.turns.channels import (
+    ConnectionReleasingSink,
     DeliveryPermanent,
     DeliveryRetryable,
     PrepareRetryable,
@@ -53,6 +54,7 @@ from agents.services.turns.channels import (
 )
 from agents.tools.loop import model_call
 from agents.tools.turn_tools import ToolServerUnavailableError, turn_tools_run
+from core.connections import connection_release
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -281,6 +283,8 @@ def _answer(
         raise PermanentError(f"The model {model} or its provider {model.provider.name} is disabled.")
     client = llm_client_for(model=model)
     model_input["request"] = request_as_sent(client=client, request=primary.recorded_request)
+    sink = channel.stream_sink(turn=turn)
+    connection_release()  # no database connection held while the model thinks (core.connections, issue 28)
     called = time.monotonic()
     try:
         result = _complete(
@@ -288,7 +292,7 @@ def _answer(
             client=client,
             request=primary.request,
             activation_contract=activation_contract,
-            sink=channel.stream_sink(turn=turn),
+            sink=ConnectionReleasingSink(sink) if sink is not None else None,
         )
     except SoftTimeLimitExceeded as exc:
         # The task's soft limit hit mid-call (a slow provider, SDK retries, the P9 second call): a transient
