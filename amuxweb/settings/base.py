@@ -382,3 +382,10 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# /metrics (A10): Prometheus text. With a token set, a scrape must send `Authorization: Bearer <token>`; without
+# one, only the addresses listed may scrape (default: this machine). In-process counters (send-budget waits) are
+# written per process under PROMETHEUS_MULTIPROC_DIR and summed at scrape time; empty it when the hub starts.
+AMUX_METRICS_TOKEN = env("AMUX_METRICS_TOKEN", default="")
+AMUX_METRICS_ALLOWED_IPS = env.list("AMUX_METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
+PROMETHEUS_MULTIPROC_DIR = env("PROMETHEUS_MULTIPROC_DIR", default=str(BASE_DIR / "var" / "prometheus"))

@@ -107,7 +107,7 @@ def _within(window: Q) -> ExpressionWrapper:
     return ExpressionWrapper(window, output_field=BooleanField())
 
 
-def _latencies(*, since: datetime) -> dict[int, tuple[int | None, int | None]]:
+def turn_latencies(*, since: datetime) -> dict[int, tuple[int | None, int | None]]:
     """(p50, p95) turn latency in ms per bot id, started_at to finished_at, over turns finished since `since`."""
     finished = Turn.objects.filter(queued_at__gte=since, started_at__isnull=False, finished_at__isnull=False)
     if connection.vendor == "postgresql":
@@ -253,7 +253,7 @@ def _totals_get(*, window: _Window) -> _Totals:
         .annotate(n=Count("pk"))
         .values_list("bot_id", "n")
     )
-    totals.latencies = _latencies(since=window.since_day)
+    totals.latencies = turn_latencies(since=window.since_day)
     return totals
 
 
