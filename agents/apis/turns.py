@@ -17,8 +17,17 @@ from core.exceptions import ConflictError
 NOT_BLANK = RegexValidator(r"\S", message="content cannot be blank.")
 
 
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses a JSON number or boolean (DRF's would store 123 as "123"): content is text."""
+
+    def to_internal_value(self, data: object) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class MessagePostInputSerializer(serializers.Serializer):
-    content = serializers.CharField(
+    content = StrictCharField(
         max_length=REST_MESSAGE_MAX_CHARS, trim_whitespace=True, allow_blank=False, validators=[NOT_BLANK]
     )
 
