@@ -5,6 +5,7 @@ from django.urls import include, path, re_path
 from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from console.apis import UsageApi
 from console.dashboard.views import admin_index
 from console.metrics.views import metrics
 from core.api import api_not_found
@@ -18,6 +19,7 @@ def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
 api_v1 = [
     path("", include(("agents.urls", "agents"))),
     path("context/", include(("threadcontext.urls", "threadcontext"))),
+    path("usage/", UsageApi.as_view(), name="usage"),
 ]
 
 urlpatterns = [

@@ -29,6 +29,19 @@ MODEL_STRINGS = frozenset(
         gettext_noop("max output tokens"),
         gettext_noop("supports tool calls"),
         gettext_noop("supports vision"),
+        gettext_noop("input price per mtok"),
+        gettext_noop("cached input price per mtok"),
+        gettext_noop("output price per mtok"),
+        gettext_noop("price currency"),
+        gettext_noop("Per million input tokens; empty: unpriced."),
+        gettext_noop("Per million cached input tokens."),
+        gettext_noop("Per million output tokens."),
+        gettext_noop("ISO 4217 code: USD, CNY, ..."),
+        gettext_noop("ok"),
+        gettext_noop("checked at"),
+        gettext_noop("detail"),
+        gettext_noop("app name"),
+        gettext_noop("open id"),
         gettext_noop("user"),
         gettext_noop("title model"),
         gettext_noop("slug"),
@@ -200,7 +213,7 @@ MODEL_STRINGS = frozenset(
         gettext_noop("The account's cheap model; a discuss bot in 'inherit' probe mode judges with it."),
         gettext_noop("The discuss probe's judge when the probe mode is 'model'. Clearing it returns to 'inherit'."),
         gettext_noop(
-            "Webhook: Feishu posts to /feishu/webhook/<slug>/ (needs a public HTTPS URL). Long connection: the hub dials out to Feishu (no public URL; run `manage.py feishu_connect`, which `make run` starts)."
+            "Webhook: Feishu posts to the bot's event URL, shown on its setup page (needs a public HTTPS URL). Long connection: the hub dials out to Feishu (no public URL; run `manage.py feishu_connect`, which `make run` starts)."
         ),
         gettext_noop("Reaction added to a message when its turn starts, removed on delivery. Empty: none."),
         gettext_noop("Reaction that replaces the receipt when the turn fails. Empty: none."),

@@ -280,6 +280,11 @@ CELERY_BEAT_SCHEDULE = {
     "probe-judgements-prune": {"task": "probe.tasks.judgements_prune_task", "schedule": 24 * 3600.0},
     # C13: the daily retention sweep for quiet hubs (writes also prune, at most once a minute per process).
     "thread-context-prune": {"task": "threadcontext.tasks.thread_context_prune", "schedule": 24 * 3600.0},
+    # A6: every Feishu app's credentials checked against Feishu, so a revoked secret shows on the dashboard.
+    "feishu-credentials-verify": {
+        "task": "feishu.tasks.feishu_credentials_verify_all_task",
+        "schedule": env.float("FEISHU_CREDENTIALS_VERIFY_SECONDS", default=6 * 3600.0),
+    },
 }
 
 # --- Seed constants (ARCHITECTURE §7) --------------------------------------------------------------------
@@ -389,3 +394,5 @@ LOGGING = {
 AMUX_METRICS_TOKEN = env("AMUX_METRICS_TOKEN", default="")
 AMUX_METRICS_ALLOWED_IPS = env.list("AMUX_METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
 PROMETHEUS_MULTIPROC_DIR = env("PROMETHEUS_MULTIPROC_DIR", default=str(BASE_DIR / "var" / "prometheus"))
+# The hub's public address (A8): the setup page builds each bot's event URL from it (empty: from the request).
+AMUX_PUBLIC_BASE_URL = env("AMUX_PUBLIC_BASE_URL", default="")

@@ -20,7 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agents.models import Bot, Turn
-from console.dashboard.selectors import turn_latencies
+from console.dashboard.latency import turn_latencies
 from feishu.models import FeishuConnection, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 
