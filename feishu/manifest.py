@@ -71,7 +71,7 @@ CREDENTIALS = (
     Credential(
         "feishu_bot_open_id",
         _("Feishu bot open id"),
-        _("Leave empty: the hub reads it from Feishu (bot/v3/info); \"Verify\" shows it"),
+        _('Leave empty: the hub reads it from Feishu (bot/v3/info); "Verify" shows it'),
     ),
 )
 

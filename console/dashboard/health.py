@@ -26,6 +26,15 @@ HEALTH_SENTENCES = {
     "deliveries_failing": _("Replies were not delivered to Feishu in the last 24 hours: see why."),
     "feishu_not_set_up": _("No Feishu app and no event received: follow the setup page."),
 }
+# The gate's outcomes in words (A9); the code stays beside them in small print.
+OUTCOME_WORDS = {
+    "act": _("spoke"),
+    "no_action": _("nothing to add"),
+    "missing": _("no verdict"),
+    "malformed": _("unreadable verdict"),
+    "error": _("judge failed"),
+    "disabled": _("gate off"),
+}
 # Problems that leave the bot working (yellow) rather than broken (red).
 WARNINGS = frozenset({"feishu_not_set_up"})
 HEALTHY = "healthy"

@@ -85,6 +85,10 @@ class BotRow:
     gate_bars: list[tuple[int, date, list[Segment]]] = field(default_factory=list)
     cost: BotCost = field(default_factory=BotCost)  # A7, console.dashboard.costs
 
+    @property
+    def silenced(self) -> bool:
+        return any(link.value for _outcome, link in self.silences)
+
 
 def _url(base: str, **params: object) -> str:
     return f"{base}?{urlencode(params)}"

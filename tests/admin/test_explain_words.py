@@ -114,7 +114,9 @@ def test_the_turn_page_shows_the_model_input_once_usage_as_a_table_and_masks_as_
     assert "<th>context_budget_tokens</th>" in model_input
     usage = re.search(r'field-usage_view">.*?<div class="readonly">(.*?)</div>', page, re.S).group(1)
     assert usage.startswith('<table class="dict-table">')  # key order is the database's (jsonb sorts keys)
-    assert f"<th>input_tokens</th><td>{turn.usage['input_tokens']}</td>" in usage
+    assert (
+        f'<th>input tokens <small class="quiet">input_tokens</small></th><td>{turn.usage["input_tokens"]}</td>' in usage
+    )
     # and the mask says who sees the message
     assert Message.objects.get(pk=turn.user_message_id).visibility_mask == 3
     assert 'history + context <small class="code"><code>3</code></small>' in message_page.content.decode()
