@@ -103,6 +103,10 @@ class ThreadMessagePostApi(APIView):
 
 
 class TurnDetailApi(APIView):
-    @extend_schema(operation_id="turns_retrieve", responses={200: TurnOutputSerializer, 404: ERROR_RESPONSE})
+    @extend_schema(
+        operation_id="turns_retrieve",
+        summary="One turn: its status (queued, running, delivered, failed, ...), reply, usage and times.",
+        responses={200: TurnOutputSerializer, 404: ERROR_RESPONSE},
+    )
     def get(self, request: Request, turn_id: int) -> Response:
         return Response(TurnOutputSerializer(turn_get(user=request.user, turn_id=turn_id)).data)
