@@ -67,4 +67,6 @@ class Money:
         shown = [
             f"{amount.quantize(Decimal('0.0001'))} {currency}" for currency, amount in sorted(self.amounts.items())
         ]
-        return " + ".join(shown) or "0"
+        if not shown:
+            return "–" if self.unpriced_tokens else "0"  # tokens of unpriced models cost nothing known, not zero
+        return " + ".join(shown)

@@ -388,6 +388,9 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
+# A9: times to the second in every language of the console (amuxweb/formats/).
+FORMAT_MODULE_PATH = ["amuxweb.formats"]
+
 # /metrics (A10): Prometheus text. With a token set, a scrape must send `Authorization: Bearer <token>`; without
 # one, only the addresses listed may scrape (default: this machine). In-process counters (send-budget waits) are
 # written per process under PROMETHEUS_MULTIPROC_DIR and summed at scrape time; empty it when the hub starts.
