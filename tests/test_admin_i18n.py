@@ -6,7 +6,7 @@ strings: `make messages`, translate the new entries in locale/*/LC_MESSAGES/djan
 """
 
 import shutil
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polib
@@ -100,7 +100,7 @@ def test_a3_the_quoted_message_notice_is_translated():
 @pytest.mark.parametrize("language", ["en", "zh-hans", "ja"])
 def test_console_times_show_seconds_in_every_language(language):
     """Issue 27: queued, started and finished all read "8:35 a.m."; each is now to the second."""
-    moment = datetime(2026, 12, 4, 8, 35, 7)
+    moment = datetime(2026, 12, 4, 8, 35, 7, tzinfo=UTC)
     with translation.override(language):
         assert formats.date_format(moment, "DATETIME_FORMAT") == "2026-12-04 08:35:07"
         assert formats.date_format(moment, "SHORT_DATETIME_FORMAT") == "2026-12-04 08:35:07"
