@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponsePermanentRedirect
 from django.templatetags.static import static
-from django.urls import include, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
@@ -16,7 +16,7 @@ def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
     return HttpResponsePermanentRedirect(static("favicon.svg"))
 
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("", include(("agents.urls", "agents"))),
     path("context/", include(("threadcontext.urls", "threadcontext"))),
     path("usage/", UsageApi.as_view(), name="usage"),

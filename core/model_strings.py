@@ -42,6 +42,7 @@ MODEL_STRINGS = frozenset(
         gettext_noop("detail"),
         gettext_noop("app name"),
         gettext_noop("open id"),
+        gettext_noop('Leave empty: the hub reads it from Feishu (bot/v3/info); "Verify" shows it'),
         gettext_noop("user"),
         gettext_noop("title model"),
         gettext_noop("slug"),

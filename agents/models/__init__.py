@@ -150,7 +150,11 @@ class Bot(models.Model):
     feishu_encrypt_key = EncryptedTextField(blank=True)
     feishu_verification_token = EncryptedTextField(blank=True)
     # The bot's own open_id, read once from Feishu's bot info API (F6): tells @this-bot and echoes apart.
-    feishu_bot_open_id = models.CharField(max_length=64, blank=True)
+    feishu_bot_open_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text='Leave empty: the hub reads it from Feishu (bot/v3/info); "Verify" shows it',
+    )
     # How Feishu delivers this app's events (G6): a webhook needs a public URL; a long connection is dialled out
     # by `manage.py feishu_connect` and needs none. Both store through the same handler and dedupe.
     feishu_event_mode = models.CharField(

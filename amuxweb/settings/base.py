@@ -391,11 +391,10 @@ LOGGING = {
 # A9: times to the second in every language of the console (amuxweb/formats/).
 FORMAT_MODULE_PATH = ["amuxweb.formats"]
 
-# /metrics (A10): Prometheus text. With a token set, a scrape must send `Authorization: Bearer <token>`; without
-# one, only the addresses listed may scrape (default: this machine). In-process counters (send-budget waits) are
-# written per process under PROMETHEUS_MULTIPROC_DIR and summed at scrape time; empty it when the hub starts.
+# /metrics (A10): a bearer token, else the allowed addresses; per-process counters live in PROMETHEUS_MULTIPROC_DIR
+# (docs/deploying.md, Monitoring).
 AMUX_METRICS_TOKEN = env("AMUX_METRICS_TOKEN", default="")
 AMUX_METRICS_ALLOWED_IPS = env.list("AMUX_METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
 PROMETHEUS_MULTIPROC_DIR = env("PROMETHEUS_MULTIPROC_DIR", default=str(BASE_DIR / "var" / "prometheus"))
-# The hub's public address (A8): the setup page builds each bot's event URL from it (empty: from the request).
+# A8: the setup page builds each bot's event URL from the hub's public address (empty: from the request).
 AMUX_PUBLIC_BASE_URL = env("AMUX_PUBLIC_BASE_URL", default="")
