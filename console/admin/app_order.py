@@ -6,7 +6,17 @@ them, then the framework's; an app this list does not know goes last, by name.""
 
 from django.contrib import admin
 
-APP_ORDER = ("agents", "feishu", "threadcontext", "probe", "console", "auth", "authtoken", "axes", "django_celery_beat")
+APP_ORDER = (
+    "agents",
+    "feishu",
+    "threadcontext",
+    "probe",
+    "playground",
+    "auth",
+    "authtoken",
+    "axes",
+    "django_celery_beat",
+)
 _stock_get_app_list = admin.site.get_app_list
 
 

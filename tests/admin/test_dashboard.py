@@ -310,3 +310,12 @@ def test_the_chart_tags_write_the_markup_of_the_template_loops_they_replaced(lan
         tags = engine.from_string(CHART_TAGS).render(context)
     assert tags == loops
     assert loops.count("<rect") == 7 + 2
+
+
+def test_the_app_list_is_in_the_hubs_order_in_every_language(admin_client):
+    """Issue 27: in zh-hans and ja the stock sort by translated name put "Axes" first."""
+    for language in ("en", "zh-hans", "ja"):
+        admin_client.cookies["django_language"] = language
+        labels = [app["app_label"] for app in admin_client.get("/admin/").context["app_list"]]
+        assert labels[:5] == ["agents", "feishu", "threadcontext", "probe", "playground"], language
+        assert labels.index("axes") > labels.index("auth")
