@@ -80,6 +80,7 @@ def test_turn_detail_shows_model_input_as_sent_output_usage_and_retry_history(ad
     assert "You are Helper." in page
     assert "&quot;outcome&quot;: &quot;retry&quot;" in page and "&quot;outcome&quot;: &quot;ok&quot;" in page
     assert '<th>output tokens <small class="quiet">output_tokens</small></th><td>6</td>' in page  # the usage is a table
+    assert 'id="tool-calls-none"' in page  # no tool was called: the timeline says so (issue 27)
     assert "sk-secret-999" not in page
 
 
