@@ -42,6 +42,8 @@ MODEL_STRINGS = frozenset(
         gettext_noop("detail"),
         gettext_noop("app name"),
         gettext_noop("open id"),
+        gettext_noop("Unknown (empty): the hub's default setting applies."),
+        gettext_noop("When the bot was removed from the group; empty: it is still in the group."),
         gettext_noop('Leave empty: the hub reads it from Feishu (bot/v3/info); "Verify" shows it'),
         gettext_noop("user"),
         gettext_noop("title model"),
