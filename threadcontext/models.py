@@ -71,7 +71,8 @@ class Workspace(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.name or self.chat_id
+        # One group has a workspace per bot in it: the bot tells two "Demo group" rows apart (issue 27).
+        return f"{self.name or self.chat_id} · {self.bot_profile}"
 
     def clean(self) -> None:
         ids = self.allowed_open_ids
