@@ -27,6 +27,7 @@ run: install
 	$(PY) manage.py seed_demo
 	$(PY) manage.py ensure_admin
 	mkdir -p var
+	rm -rf var/prometheus  # per-process metric files of the last run (docs/deploying.md, Monitoring)
 	PATH="$(abspath $(VENV))/bin:$$PATH" DJANGO_SETTINGS_MODULE=amuxweb.settings.local $(VENV)/bin/honcho -f Procfile start
 
 # With `make run` serving in another shell: post a signed, encrypted scripted Feishu conversation to it.

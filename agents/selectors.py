@@ -50,6 +50,11 @@ def _visible_to(rows: QuerySet, *, user: User | AnonymousUser, owner_lookup: str
     return rows.filter(**{owner_lookup: user})
 
 
+def bot_list(*, user: User | AnonymousUser) -> QuerySet[Bot]:
+    """The hub bots the user may read (their own; staff: any), the playground's stand-ins left out, by slug."""
+    return _visible_to(Bot.objects.filter(is_sandbox=False), user=user, owner_lookup="owner").order_by("slug")
+
+
 def bot_get_for_user(*, user: User | AnonymousUser, slug: str) -> Bot:
     """A bot the user may start threads on (their own; staff: any). Unknown and foreign bots look the same."""
     bots = _visible_to(Bot.objects.select_related("owner"), user=user, owner_lookup="owner")

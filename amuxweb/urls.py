@@ -1,11 +1,14 @@
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponsePermanentRedirect
 from django.templatetags.static import static
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from django.views.generic.base import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from console.apis import UsageApi
 from console.dashboard.views import admin_index
+from console.metrics.views import metrics
+from core.api import api_not_found
 
 
 def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
@@ -13,9 +16,10 @@ def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
     return HttpResponsePermanentRedirect(static("favicon.svg"))
 
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("", include(("agents.urls", "agents"))),
     path("context/", include(("threadcontext.urls", "threadcontext"))),
+    path("usage/", UsageApi.as_view(), name="usage"),
 ]
 
 urlpatterns = [
@@ -32,6 +36,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("feishu/", include(("feishu.urls", "feishu"))),
+    path("metrics", metrics, name="metrics"),  # Prometheus text (A10): docs/deploying.md, Monitoring
+    # Any other /api/ URL: JSON 404 even with DEBUG on (handler404 below answers only when DEBUG is off).
+    re_path(r"^api/", api_not_found),
 ]
 
 # An unknown URL under /api/ answers JSON like every other API error (core.api); elsewhere Django's page.

@@ -66,12 +66,38 @@ def explained(sentence: Any, code: str) -> SafeString:
     return format_html('{} <small class="code"><code>{}</code></small>', sentence, code)
 
 
+# The keys of usage and diagnostics dicts in words (A9); the key itself stays beside them in small print.
+KEY_WORDS = {
+    "input_tokens": _("input tokens"),
+    "output_tokens": _("output tokens"),
+    "cached_input_tokens": _("cached input tokens"),
+    "model": _("model"),
+    "provider": _("provider"),
+    "model_duration_ms": _("model time (ms)"),
+    "finish_reason": _("finish reason"),
+    "trimmed_by_item_limit": _("trimmed by the item limit"),
+    "trimmed_by_char_budget": _("trimmed by the character budget"),
+    "truncated_item_ids": _("items cut short"),
+    "item_limit": _("item limit"),
+    "max_chars": _("character budget"),
+}
+
+
+def _key_words(key: Any) -> SafeString:
+    words = KEY_WORDS.get(key) if isinstance(key, str) else None
+    if words is None:
+        return format_html("{}", key)
+    return format_html('{} <small class="quiet">{}</small>', words, key)
+
+
 def dict_table(value: Any) -> SafeString:
     """A dict as a two-column table (nested dicts as nested tables), "(none)" when empty; other values as text."""
     if isinstance(value, dict):
         if not value:
             return format_html('<span class="quiet">{}</span>', NONE)
-        rows = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", ((k, dict_table(v)) for k, v in value.items()))
+        rows = format_html_join(
+            "", "<tr><th>{}</th><td>{}</td></tr>", ((_key_words(k), dict_table(v)) for k, v in value.items())
+        )
         return format_html('<table class="dict-table">{}</table>', rows)
     if isinstance(value, list | tuple):
         if not value:

@@ -42,6 +42,11 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     return response
 
 
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    """The last /api/ route: an unknown API URL is a JSON 404 whatever DEBUG says (Django's debug page is HTML)."""
+    return JsonResponse({"message": "Not found.", "extra": {}}, status=404)
+
+
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """handler404: a URL no view matches (`/api/v1/threads/abc/`) is JSON under /api/ too, like every API error."""
     if request.path.startswith("/api/"):

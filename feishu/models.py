@@ -180,3 +180,19 @@ class SandboxCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
+
+
+class FeishuCredentialCheck(models.Model):
+    """The last check of a bot's Feishu app against Feishu (A6): a tenant token and the bot's info fetched with
+    its app id and secret, on save, on the bot page's "verify" and periodically. One row per bot."""
+
+    bot = models.OneToOneField("agents.Bot", on_delete=models.CASCADE, related_name="feishu_credential_check")
+    ok = models.BooleanField()
+    checked_at = models.DateTimeField()
+    detail = models.CharField(max_length=500, blank=True)
+    # What bot/v3/info answered when it did: the app's name and the bot's open_id as Feishu knows them.
+    app_name = models.CharField(max_length=200, blank=True)
+    open_id = models.CharField(max_length=64, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.bot_id}: {'ok' if self.ok else 'refused'} at {self.checked_at:%Y-%m-%d %H:%M:%S}"

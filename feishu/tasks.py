@@ -61,3 +61,22 @@ def context_summary_task(decision_id: int, bot_id: int) -> str:
     from feishu.summaries import context_summary_write
 
     return context_summary_write(decision_id=decision_id, bot_id=bot_id)
+
+
+@shared_task(name="feishu.tasks.feishu_credentials_verify_task")
+def feishu_credentials_verify_task(bot_id: int) -> bool:
+    """Verify one bot's Feishu credentials (after its page was saved); the result, or False for a deleted bot."""
+    # Inside the task: this module stays a leaf that any service may import.
+    from agents.models import Bot
+    from feishu.outbound.verify import feishu_credentials_verify
+
+    bot = Bot.objects.filter(pk=bot_id).first()
+    return feishu_credentials_verify(bot=bot).ok if bot is not None else False
+
+
+@shared_task(name="feishu.tasks.feishu_credentials_verify_all_task")
+def feishu_credentials_verify_all_task() -> int:
+    # Inside the task: this module stays a leaf that any service may import.
+    from feishu.outbound.verify import feishu_credentials_verify_all
+
+    return feishu_credentials_verify_all()

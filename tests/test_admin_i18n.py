@@ -6,12 +6,13 @@ strings: `make messages`, translate the new entries in locale/*/LC_MESSAGES/djan
 """
 
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polib
 import pytest
 from django.core.management import call_command
-from django.utils import translation
+from django.utils import formats, translation
 
 from agents.models import Bot
 from feishu.inbound.messages import HELP_TEXT, QUOTED_READ_FAILED_TEXT, bot_text
@@ -94,3 +95,12 @@ def test_a3_the_quoted_message_notice_is_translated():
     assert bot_text(bot=Bot(language="zh-hans"), text=QUOTED_READ_FAILED_TEXT) == (
         "我无法读取你所回复的消息，因此没有提交你的请求。请重试。"
     )
+
+
+@pytest.mark.parametrize("language", ["en", "zh-hans", "ja"])
+def test_console_times_show_seconds_in_every_language(language):
+    """Issue 27: queued, started and finished all read "8:35 a.m."; each is now to the second."""
+    moment = datetime(2026, 12, 4, 8, 35, 7, tzinfo=UTC)
+    with translation.override(language):
+        assert formats.date_format(moment, "DATETIME_FORMAT") == "2026-12-04 08:35:07"
+        assert formats.date_format(moment, "SHORT_DATETIME_FORMAT") == "2026-12-04 08:35:07"

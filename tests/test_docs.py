@@ -12,6 +12,8 @@ import ast
 import re
 from pathlib import Path
 
+from feishu.manifest import API_FAMILY_SCOPES, EVENT_SCOPES, SCOPE_PURPOSES, scopes_needed
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 FEISHU_SETUP = DOCS / "feishu-setup.md"
@@ -20,31 +22,7 @@ ENV_EXAMPLE = ROOT / ".env.example"
 README = ROOT / "README.md"
 README_MAX_LINES = 250
 
-# The scope each Feishu API family needs (Feishu's "required scopes" of each call; any one listed suffices, the
-# docs list the one named here). bot.v3.info needs the Bot capability and no scope.
-API_FAMILY_SCOPES: dict[str, tuple[str, ...]] = {
-    "im.v1.message": ("im:message",),  # reply, create, and get (quoted and forwarded messages)
-    "im.v1.message_reaction": ("im:message.reactions:write_only",),  # receipt and failure reactions
-    "im.v1.message_resource": ("im:resource",),  # images and files of a message, read at turn time
-    "im.v1.file": ("im:resource",),  # issue 25: /context export uploads its Markdown file
-    "im.v1.chat": ("im:chat:readonly",),  # a group's mode (topic group or ordinary), read once
-    "cardkit.v1.card": ("cardkit:card:write",),  # the streaming card: create, settings
-    "cardkit.v1.card_element": ("cardkit:card:write",),  # ... and its content updates
-    "bot.v3.info": (),  # the bot's own open_id
-}
-# The scopes an event needs before Feishu pushes it. A message reaches the bot in a DM, when it is @-mentioned in
-# a group, and (discuss mode) for every group message: three scopes, one per case.
-EVENT_SCOPES: dict[str, tuple[str, ...]] = {
-    "im.message.receive_v1": (
-        "im:message.p2p_msg:readonly",
-        "im:message.group_at_msg:readonly",
-        "im:message.group_msg",
-    ),
-    "im.message.recalled_v1": ("im:message",),
-    "im.chat.member.bot.added_v1": ("im:chat:readonly",),
-    "im.chat.member.bot.deleted_v1": ("im:chat:readonly",),
-}
-
+# The scopes and events the hub needs: one list in code (feishu/manifest.py), also shown on each bot's setup page.
 REGISTER_PREFIX = "register_p"
 # lark-oapi's generic registrations take the event type as their first argument; the typed ones
 # (register_p2_im_message_receive_v1) carry it in their own name.
@@ -229,3 +207,10 @@ def test_every_relative_link_in_the_readme_and_the_docs_points_to_a_file_that_ex
     ]
     assert len(pages) > 2
     assert broken == []
+
+
+def test_the_setup_page_and_the_manifest_list_the_same_scopes():
+    """Every scope the manifest needs has a purpose shown on the bot's setup page, and the docs list each."""
+    text = FEISHU_SETUP.read_text()
+    assert sorted(scopes_needed()) == sorted(SCOPE_PURPOSES)
+    assert [scope for scope in scopes_needed() if f"`{scope}`" not in text] == []

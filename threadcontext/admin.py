@@ -116,7 +116,7 @@ class WorkspaceFilter(admin.SimpleListFilter):
     parameter_name = "workspace"
 
     def lookups(self, request, model_admin):
-        return [(str(workspace.pk), f"{workspace.bot_profile} · {workspace}") for workspace in Workspace.objects.all()]
+        return [(str(workspace.pk), str(workspace)) for workspace in Workspace.objects.all()]
 
     def queryset(self, request, queryset):
         value = self.value()

@@ -17,6 +17,10 @@ from core.timezones import time_zone_is_known
 MAIN_TIMELINE_KEY = "main"
 
 
+# A nullable switch of a workspace: "Unknown" in the admin means the hub-wide setting applies (issue 27).
+HUB_DEFAULT = "Unknown (empty): the hub's default setting applies."
+
+
 class Workspace(models.Model):
     class Mode(models.TextChoices):
         SHARED = "shared", "Shared"
@@ -34,8 +38,8 @@ class Workspace(models.Model):
     thread_context_limit = models.PositiveSmallIntegerField(default=20)
     session_scope = models.CharField(max_length=16, choices=SessionScope.choices, default=SessionScope.TOPIC)
     # Null = the hub-wide setting (AMUX_FEISHU_TOPIC_ROOT_ENABLED / AMUX_FEISHU_SHARED_THREAD_ENABLED).
-    topic_root_enabled = models.BooleanField(null=True, blank=True)
-    shared_thread_enabled = models.BooleanField(null=True, blank=True)
+    topic_root_enabled = models.BooleanField(null=True, blank=True, help_text=HUB_DEFAULT)
+    shared_thread_enabled = models.BooleanField(null=True, blank=True, help_text=HUB_DEFAULT)
 
     class ReplyMode(models.TextChoices):
         INHERIT = "", "The bot's group reply mode"
@@ -66,7 +70,9 @@ class Workspace(models.Model):
     chat_mode_checked_at = models.DateTimeField(null=True, blank=True)
     # G2: created by the hub (first group message, or the bot added to the group), not by an operator.
     is_created_automatically = models.BooleanField(default=False)
-    retired_at = models.DateTimeField(null=True, blank=True, help_text="The bot was removed from the group.")
+    retired_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the bot was removed from the group; empty: it is still in the group."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -76,7 +82,8 @@ class Workspace(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.name or self.chat_id
+        # One group has a workspace per bot in it: the bot tells two "Demo group" rows apart (issue 27).
+        return f"{self.name or self.chat_id} · {self.bot_profile}"
 
     def clean(self) -> None:
         ids = self.allowed_open_ids

@@ -21,5 +21,6 @@ for model, singular, plural in [
     (models.Message, _("message"), _("messages")),
     (models.Turn, _("turn"), _("turns")),
     (models.Automation, _("automation"), _("automations")),
+    (models.McpServer, _("MCP server"), _("MCP servers")),
 ]:
     model_names(model, singular, plural)

@@ -4,6 +4,8 @@ A provider's API key is write-only (agents.admin.secrets). The model selects of 
 model whose provider failed its last connection test, through the autocomplete view registered here.
 """
 
+import textwrap
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.views.autocomplete import AutocompleteJsonView
@@ -21,6 +23,8 @@ from agents.llm.registry import llm_connection_test
 from agents.models import LLMModel, Provider
 from agents.services.providers import provider_last_test_record
 
+# The test answer shown in the message: cut at a word, never mid-word (issue 27).
+ANSWER_SHOWN_CHARS = 200
 PROVIDER_TIMEOUT_MIN_SECONDS = 1.0
 PROVIDER_TIMEOUT_MAX_SECONDS = 600.0
 PROVIDER_MAX_RETRIES = 5
@@ -79,7 +83,7 @@ def test_connection(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset
         message = gettext("%(label)s: OK in %(ms)s ms, answered %(answer)r") % {
             "label": label,
             "ms": elapsed_ms,
-            "answer": answer[:80],
+            "answer": textwrap.shorten(answer, width=ANSWER_SHOWN_CHARS, placeholder=" …"),
         }
         modeladmin.message_user(request, message, messages.SUCCESS)
 

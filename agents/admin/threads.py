@@ -36,7 +36,10 @@ class ThreadAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at", "messages_link"]
 
     def get_readonly_fields(self, request, obj=None):
-        # V4: a thread's runtime mode never changes, and it belongs to its bot for good.
+        # V4: a thread's runtime mode never changes, and it belongs to its bot for good. A Feishu thread's channel
+        # and external key are its mapping to the chat: edited, the chat's next message opens another thread.
+        if obj is not None and obj.channel == Thread.Channel.FEISHU:
+            return [*self.readonly_fields, "bot", "runtime_mode", "channel", "external_key"]
         if obj is not None:
             return [*self.readonly_fields, "bot", "runtime_mode"]
         return self.readonly_fields

@@ -20,6 +20,7 @@ class TurnToolCallInline(admin.TabularInline):
     """The turn page's timeline of tool calls, in order; read-only (audit records)."""
 
     model = TurnToolCall
+    template = "admin/agents/turn/tool_calls_inline.html"
     extra = 0
     can_delete = False
     verbose_name = _("tool call")

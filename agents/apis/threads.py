@@ -158,6 +158,7 @@ class ThreadListCreateApi(mixins.ListModelMixin, GenericAPIView):
 
 class ThreadDetailApi(APIView):
     @extend_schema(
+        summary="One thread you can see: its bot, channel, mode and title.",
         operation_id="threads_retrieve",
         responses={200: ThreadOutputSerializer, 404: ERROR_RESPONSE},
     )

@@ -17,8 +17,17 @@ from core.exceptions import ConflictError
 NOT_BLANK = RegexValidator(r"\S", message="content cannot be blank.")
 
 
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses a JSON number or boolean (DRF's would store 123 as "123"): content is text."""
+
+    def to_internal_value(self, data: object) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class MessagePostInputSerializer(serializers.Serializer):
-    content = serializers.CharField(
+    content = StrictCharField(
         max_length=REST_MESSAGE_MAX_CHARS, trim_whitespace=True, allow_blank=False, validators=[NOT_BLANK]
     )
 
@@ -94,6 +103,10 @@ class ThreadMessagePostApi(APIView):
 
 
 class TurnDetailApi(APIView):
-    @extend_schema(operation_id="turns_retrieve", responses={200: TurnOutputSerializer, 404: ERROR_RESPONSE})
+    @extend_schema(
+        operation_id="turns_retrieve",
+        summary="One turn: its status (queued, running, delivered, failed, ...), reply, usage and times.",
+        responses={200: TurnOutputSerializer, 404: ERROR_RESPONSE},
+    )
     def get(self, request: Request, turn_id: int) -> Response:
         return Response(TurnOutputSerializer(turn_get(user=request.user, turn_id=turn_id)).data)

@@ -56,6 +56,8 @@ class ToolCall:
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    # Of input_tokens, those the provider read from its prompt cache (billed at the cached-input price, A7).
+    cached_input_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,7 @@ class OpenAIChatClient:
             usage=Usage(
                 input_tokens=usage.prompt_tokens if usage else 0,
                 output_tokens=usage.completion_tokens if usage else 0,
+                cached_input_tokens=(getattr(usage.prompt_tokens_details, "cached_tokens", 0) or 0) if usage else 0,
             ),
             raw_finish_reason=choice.finish_reason or "",
         )

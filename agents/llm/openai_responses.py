@@ -164,7 +164,9 @@ class OpenAIResponsesClient:
             text="".join(texts),
             tool_calls=tuple(calls),
             usage=Usage(
-                input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0
+                input_tokens=usage.input_tokens if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0,
+                cached_input_tokens=(getattr(usage.input_tokens_details, "cached_tokens", 0) or 0) if usage else 0,
             ),
             raw_finish_reason=finish,
         )

@@ -63,6 +63,17 @@ class LLMModel(models.Model):
     supports_tool_calls = models.BooleanField(default=False)
     supports_vision = models.BooleanField(default=False)
     is_enabled = models.BooleanField(default=True)
+    # A7: prices per million tokens in price_currency; empty = not priced (its tokens are counted, never costed).
+    input_price_per_mtok = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, help_text="Per million input tokens; empty: unpriced."
+    )
+    cached_input_price_per_mtok = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, help_text="Per million cached input tokens."
+    )
+    output_price_per_mtok = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, help_text="Per million output tokens."
+    )
+    price_currency = models.CharField(max_length=3, default="USD", help_text="ISO 4217 code: USD, CNY, ...")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -148,15 +159,20 @@ class Bot(models.Model):
     feishu_encrypt_key = EncryptedTextField(blank=True)
     feishu_verification_token = EncryptedTextField(blank=True)
     # The bot's own open_id, read once from Feishu's bot info API (F6): tells @this-bot and echoes apart.
-    feishu_bot_open_id = models.CharField(max_length=64, blank=True)
+    feishu_bot_open_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text='Leave empty: the hub reads it from Feishu (bot/v3/info); "Verify" shows it',
+    )
     # How Feishu delivers this app's events (G6): a webhook needs a public URL; a long connection is dialled out
     # by `manage.py feishu_connect` and needs none. Both store through the same handler and dedupe.
     feishu_event_mode = models.CharField(
         max_length=16,
         choices=FeishuEventMode.choices,
         default=FeishuEventMode.WEBHOOK,
-        help_text="Webhook: Feishu posts to /feishu/webhook/<slug>/ (needs a public HTTPS URL). Long connection: "
-        "the hub dials out to Feishu (no public URL; run `manage.py feishu_connect`, which `make run` starts).",
+        help_text="Webhook: Feishu posts to the bot's event URL, shown on its setup page (needs a public HTTPS URL). "
+        "Long connection: the hub dials out to Feishu (no public URL; run `manage.py feishu_connect`, which "
+        "`make run` starts).",
     )
     # How Feishu replies look (R2) and the receipt reactions (R1); emoji names are Feishu's emoji_type values.
     reply_format = models.CharField(max_length=16, choices=ReplyFormat.choices, default=ReplyFormat.MARKDOWN_CARD)

@@ -118,7 +118,9 @@ def tool_step_label(*, call: ToolCall, tools: dict[str, LoopTool]) -> str:
 
 def added_usage(total: Usage, more: Usage) -> Usage:
     return Usage(
-        input_tokens=total.input_tokens + more.input_tokens, output_tokens=total.output_tokens + more.output_tokens
+        input_tokens=total.input_tokens + more.input_tokens,
+        output_tokens=total.output_tokens + more.output_tokens,
+        cached_input_tokens=total.cached_input_tokens + more.cached_input_tokens,
     )
 
 

@@ -282,6 +282,11 @@ CELERY_BEAT_SCHEDULE = {
     "probe-judgements-prune": {"task": "probe.tasks.judgements_prune_task", "schedule": 24 * 3600.0},
     # C13: the daily retention sweep for quiet hubs (writes also prune, at most once a minute per process).
     "thread-context-prune": {"task": "threadcontext.tasks.thread_context_prune", "schedule": 24 * 3600.0},
+    # A6: every Feishu app's credentials checked against Feishu, so a revoked secret shows on the dashboard.
+    "feishu-credentials-verify": {
+        "task": "feishu.tasks.feishu_credentials_verify_all_task",
+        "schedule": env.float("FEISHU_CREDENTIALS_VERIFY_SECONDS", default=6 * 3600.0),
+    },
 }
 
 # --- Seed constants (ARCHITECTURE §7) --------------------------------------------------------------------
@@ -384,3 +389,14 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# A9: times to the second in every language of the console (amuxweb/formats/).
+FORMAT_MODULE_PATH = ["amuxweb.formats"]
+
+# /metrics (A10): a bearer token, else the allowed addresses; per-process counters live in PROMETHEUS_MULTIPROC_DIR
+# (docs/deploying.md, Monitoring).
+AMUX_METRICS_TOKEN = env("AMUX_METRICS_TOKEN", default="")
+AMUX_METRICS_ALLOWED_IPS = env.list("AMUX_METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
+PROMETHEUS_MULTIPROC_DIR = env("PROMETHEUS_MULTIPROC_DIR", default=str(BASE_DIR / "var" / "prometheus"))
+# A8: the setup page builds each bot's event URL from the hub's public address (empty: from the request).
+AMUX_PUBLIC_BASE_URL = env("AMUX_PUBLIC_BASE_URL", default="")

@@ -1,6 +1,7 @@
 """Test settings: the base settings plus the few overrides a fast, hermetic test run needs."""
 
 import os
+import tempfile
 
 os.environ.setdefault("SECRET_KEY", "test-secret-key-not-for-production-0123456789abcdefghijklmnopqrstuvwxyz")
 
@@ -37,3 +38,6 @@ STORAGES = {
 # No collectstatic in tests: whitenoise finds files through the finders, as in a DEBUG run.
 STATIC_ROOT = None  # type: ignore[assignment]  # Django's default; base.py's is a Path (see the ignore above)
 WHITENOISE_USE_FINDERS = True
+
+# The per-process metric files of this test run (core.metrics), never the served hub's var/prometheus.
+PROMETHEUS_MULTIPROC_DIR = os.path.join(tempfile.gettempdir(), f"amux-test-prometheus-{os.getpid()}")

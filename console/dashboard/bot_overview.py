@@ -6,9 +6,13 @@ from dataclasses import dataclass
 
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 
 from agents.models import Bot, Turn
+from console.dashboard.selectors import BotRow, dashboard_rows
+from console.dashboard.setup import event_url
 from core.admin import list_url
+from feishu.models import FeishuConnection, FeishuCredentialCheck, InboundEvent
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
 
@@ -26,18 +30,24 @@ class BotOverview:
     judgements: list[tuple[ProbeJudgement, str]]
     turns_url: str
     judgements_url: str
+    # A6: the bot's row of the front page (health causes as sentences with their fixes, cost), and its Feishu facts.
+    health: BotRow | None
+    check: FeishuCredentialCheck | None
+    connection: FeishuConnection | None
+    last_event: InboundEvent | None
 
 
 def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
     """The bot page's panel: its absolute webhook URL, its gate's current resolution, its newest turns and
-    judgements (RECENT of each, with their admin URLs). Three queries at most, whatever the bot's history."""
+    judgements (RECENT of each, with their admin URLs), its health and cost (the front page's row) and how it
+    stands with Feishu. A fixed number of queries, whatever the bot's history."""
     config = gate_config_get(bot=bot)
     turn_list = reverse("admin:agents_turn_changelist")
     judgement_list = reverse("admin:probe_probejudgement_changelist")
     turns = list(Turn.objects.filter(bot=bot).order_by("-queued_at", "-pk")[:RECENT])
     judgements = list(ProbeJudgement.objects.filter(bot=bot).order_by("-created_at", "-pk")[:RECENT])
     return BotOverview(
-        webhook_url=request.build_absolute_uri(reverse("feishu:webhook", args=[bot.slug])),
+        webhook_url=event_url(bot=bot, request=request),
         probe_mode=config.mode,
         probe_source=config.source,
         probe_model=f"{config.model} ({config.model.provider.name})" if config.model is not None else "",
@@ -46,4 +56,8 @@ def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
         judgements=[(judgement, f"{judgement_list}{judgement.pk}/change/") for judgement in judgements],
         turns_url=list_url("agents.turn", bot__id__exact=bot.pk),
         judgements_url=list_url("probe.probejudgement", bot__id__exact=bot.pk),
+        health=next((row for row in dashboard_rows(now=timezone.now()) if row.bot.pk == bot.pk), None),
+        check=FeishuCredentialCheck.objects.filter(bot=bot).first(),
+        connection=FeishuConnection.objects.filter(bot=bot).first(),
+        last_event=InboundEvent.objects.filter(bot=bot).order_by("-received_at", "-pk").first(),
     )

@@ -6,15 +6,47 @@ from dataclasses import dataclass
 
 from django.utils.translation import gettext_lazy as _
 
-# Worst first: the state shown is the first cause that holds; every cause that holds is listed.
+# Worst first: the state shown is the first cause that holds; every cause that holds is listed. The short label
+# is the badge; the sentence says what is wrong where the cause is listed, and links to the page that fixes it.
 HEALTH_CAUSES = {
     "provider_test_failed": _("provider's last test failed"),
+    "credentials_refused": _("Feishu refused the credentials"),
+    "connection_down": _("long connection down"),
     "failing_closed": _("failing closed"),
     "turns_failing": _("turns failing"),
     "deliveries_failing": _("deliveries failing"),
-    "feishu_not_connected": _("Feishu not connected"),
+    "feishu_not_set_up": _("no Feishu app yet"),
 }
+HEALTH_SENTENCES = {
+    "provider_test_failed": _("The primary model's provider failed its last connection test: test it again."),
+    "credentials_refused": _("Feishu refused the app id and secret at the last check: correct them and verify."),
+    "connection_down": _("The long connection is not connected: no events arrive; see its state and last error."),
+    "failing_closed": _("The discuss gate failed closed in the last 24 hours: the bot stayed silent."),
+    "turns_failing": _("Turns failed in the last 24 hours: see their errors."),
+    "deliveries_failing": _("Replies were not delivered to Feishu in the last 24 hours: see why."),
+    "feishu_not_set_up": _("No Feishu app and no event received: follow the setup page."),
+}
+# The gate's outcomes in words (A9); the code stays beside them in small print.
+OUTCOME_WORDS = {
+    "act": _("spoke"),
+    "no_action": _("nothing to add"),
+    "missing": _("no verdict"),
+    "malformed": _("unreadable verdict"),
+    "error": _("judge failed"),
+    "disabled": _("gate off"),
+}
+# Problems that leave the bot working (yellow) rather than broken (red).
+WARNINGS = frozenset({"feishu_not_set_up"})
 HEALTHY = "healthy"
+
+
+class Credentials:
+    """What the last check of the bot's Feishu app found (feishu.FeishuCredentialCheck)."""
+
+    OK = "ok"
+    REFUSED = "refused"
+    UNVERIFIED = "unverified"  # an app id and secret, never checked yet
+    MISSING = "missing"  # no app id or secret: replies are recorded, not sent
 
 
 @dataclass(frozen=True)
@@ -23,17 +55,24 @@ class HealthInputs:
     failed_closed_24h: int
     failed_turns_24h: int
     failed_deliveries_24h: int
-    has_feishu_credentials: bool
+    credentials: str = Credentials.OK
+    # A long-connection bot whose connection is not connected or connecting (or that never started).
+    connection_down: bool = False
+    # An event was received (webhook or long connection) in the last 7 days.
+    events_recent: bool = False
 
 
 def health_causes(inputs: HealthInputs) -> list[str]:
-    """Every cause that holds, worst first; an empty list is healthy."""
+    """Every cause that holds, worst first; an empty list is healthy. A bot without a Feishu app that still
+    receives events (the demo's local webhook credentials) is not flagged: its replies are recorded by design."""
     holds = {
         "provider_test_failed": inputs.provider_test_failed,
+        "credentials_refused": inputs.credentials == Credentials.REFUSED,
+        "connection_down": inputs.connection_down,
         "failing_closed": inputs.failed_closed_24h > 0,
         "turns_failing": inputs.failed_turns_24h > 0,
         "deliveries_failing": inputs.failed_deliveries_24h > 0,
-        "feishu_not_connected": not inputs.has_feishu_credentials,
+        "feishu_not_set_up": inputs.credentials == Credentials.MISSING and not inputs.events_recent,
     }
     return [cause for cause in HEALTH_CAUSES if holds[cause]]
 

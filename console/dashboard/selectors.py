@@ -12,15 +12,12 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from urllib.parse import urlencode
 
-from django.db import connection
 from django.db.models import (
-    Aggregate,
     BooleanField,
     Count,
-    DurationField,
     ExpressionWrapper,
-    F,
     IntegerField,
+    Max,
     Q,
     Sum,
 )
@@ -29,17 +26,21 @@ from django.db.models.functions import Cast, Coalesce, TruncDate
 from django.urls import reverse
 
 from agents.models import Bot, Turn
+from console.dashboard.costs import BotCost, bot_costs
+from console.dashboard.feishu_state import connection_down, credentials_state
 from console.dashboard.health import (
     HEALTH_CAUSES,
+    HEALTH_SENTENCES,
     HEALTHY,
+    WARNINGS,
     HealthInputs,
     Segment,
     bar_heights,
     health_causes,
-    percentile,
     stacked_bars,
 )
-from feishu.models import OutboundDelivery
+from console.dashboard.latency import turn_latencies
+from feishu.models import FeishuConnection, FeishuCredentialCheck, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 
 DAYS = 7
@@ -49,16 +50,6 @@ FAILED_CLOSED = (ProbeJudgement.Outcome.MISSING, ProbeJudgement.Outcome.MALFORME
 # A turn that produced a reply, whether or not Feishu took it yet.
 REPLIED = (Turn.Status.REPLIED, Turn.Status.DELIVERED, Turn.Status.DELIVERY_FAILED)
 SILENCES = (ProbeJudgement.Outcome.NO_ACTION, *FAILED_CLOSED, ProbeJudgement.Outcome.DISABLED)
-
-
-class PercentileDisc(Aggregate):
-    """PostgreSQL's ordered-set aggregate (nearest rank, like rules.percentile): percentile_disc(fraction) WITHIN GROUP (ORDER BY expression)."""
-
-    function = "percentile_disc"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-
-    def __init__(self, expression, *, fraction: float, **extra) -> None:
-        super().__init__(expression, fraction=float(fraction), **extra)
 
 
 @dataclass
@@ -83,7 +74,8 @@ class BotRow:
     bot_url: str
     state: str
     state_label: str
-    causes: list[tuple[str, str, str]]  # (cause, label, url)
+    state_is_warning: bool
+    causes: list[tuple[str, str, str]]  # (cause, sentence, url)
     numbers: dict[str, Link]
     silences: list[tuple[str, Link]]
     latency_p50_ms: int | None
@@ -91,6 +83,11 @@ class BotRow:
     token_bars: list[DayBar] = field(default_factory=list)
     # Per day (oldest first): its x, the day and its outcome segments, stacked.
     gate_bars: list[tuple[int, date, list[Segment]]] = field(default_factory=list)
+    cost: BotCost = field(default_factory=BotCost)  # A7, console.dashboard.costs
+
+    @property
+    def silenced(self) -> bool:
+        return any(link.value for _outcome, link in self.silences)
 
 
 def _url(base: str, **params: object) -> str:
@@ -105,27 +102,6 @@ def _int_key(key: str) -> Coalesce:
 def _within(window: Q) -> ExpressionWrapper:
     """Whether the row falls in `window`, as a column to group by."""
     return ExpressionWrapper(window, output_field=BooleanField())
-
-
-def _latencies(*, since: datetime) -> dict[int, tuple[int | None, int | None]]:
-    """(p50, p95) turn latency in ms per bot id, started_at to finished_at, over turns finished since `since`."""
-    finished = Turn.objects.filter(queued_at__gte=since, started_at__isnull=False, finished_at__isnull=False)
-    if connection.vendor == "postgresql":
-        duration = F("finished_at") - F("started_at")
-        rows = finished.values("bot_id").annotate(
-            p50=PercentileDisc(duration, fraction=0.5, output_field=DurationField()),
-            p95=PercentileDisc(duration, fraction=0.95, output_field=DurationField()),
-        )
-        return {
-            row["bot_id"]: (int(row["p50"].total_seconds() * 1000), int(row["p95"].total_seconds() * 1000))
-            for row in rows
-        }
-    durations: dict[int, list[int]] = defaultdict(list)
-    for bot_id, started_at, finished_at in finished.values_list("bot_id", "started_at", "finished_at"):
-        if started_at is None or finished_at is None:  # `finished` filters both set; the columns are nullable
-            continue
-        durations[bot_id].append(int((finished_at - started_at).total_seconds() * 1000))
-    return {bot_id: (percentile(values, 0.5), percentile(values, 0.95)) for bot_id, values in durations.items()}
 
 
 def _bars(per_day: dict[date, int], days: list[date], *, title: str) -> list[DayBar]:
@@ -192,6 +168,9 @@ class _Totals:
     )
     failed_deliveries: dict[int, int] = field(default_factory=dict)
     latencies: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    last_event_at: dict[int, datetime] = field(default_factory=dict)  # within the last DAYS days
+    credential_checks: dict[int, FeishuCredentialCheck] = field(default_factory=dict)
+    connections: dict[int, FeishuConnection] = field(default_factory=dict)
 
 
 # The scans below read each table's 7 day window once, grouped by (bot, day, within 24 h, status or outcome):
@@ -243,7 +222,8 @@ def _judgements_add(*, totals: _Totals, window: _Window) -> None:
 
 
 def _totals_get(*, window: _Window) -> _Totals:
-    """The front page's numbers for every bot: four queries, whatever the data size."""
+    """The front page's numbers for every bot: seven queries, whatever the data size (one row per bot at most in
+    the credential checks and connections)."""
     totals = _Totals()
     _turns_add(totals=totals, window=window)
     _judgements_add(totals=totals, window=window)
@@ -253,7 +233,15 @@ def _totals_get(*, window: _Window) -> _Totals:
         .annotate(n=Count("pk"))
         .values_list("bot_id", "n")
     )
-    totals.latencies = _latencies(since=window.since_day)
+    totals.latencies = turn_latencies(since=window.since_day)
+    totals.last_event_at = dict(
+        InboundEvent.objects.filter(received_at__gte=window.since_week)
+        .values("bot_id")
+        .annotate(last=Max("received_at"))
+        .values_list("bot_id", "last")
+    )
+    totals.credential_checks = {check.bot_id: check for check in FeishuCredentialCheck.objects.all()}
+    totals.connections = {connection.bot_id: connection for connection in FeishuConnection.objects.all()}
     return totals
 
 
@@ -293,7 +281,11 @@ class _AdminLinks:
 
 def _cause_urls(*, bot: Bot, window: _Window, links: _AdminLinks, delivery_failed_24h: int) -> dict[str, str]:
     """Where each health cause of `bot` is fixed or explained."""
+    setup = f"{links.change(links.bots, bot.pk)}".removesuffix("change/") + "setup/"
     return {
+        "credentials_refused": setup,
+        "connection_down": setup,
+        "feishu_not_set_up": setup,
         "provider_test_failed": links.change(links.providers, bot.primary_model.provider.pk),
         "failing_closed": links.judgements_of(bot, window, outcome__in=",".join(FAILED_CLOSED)),
         "turns_failing": links.turns_of(bot, window, status__exact=Turn.Status.FAILED),
@@ -301,7 +293,6 @@ def _cause_urls(*, bot: Bot, window: _Window, links: _AdminLinks, delivery_faile
         "deliveries_failing": links.turns_of(bot, window, status__exact=Turn.Status.DELIVERY_FAILED)
         if delivery_failed_24h
         else _url(links.deliveries, bot__id__exact=bot.pk, status__exact=OutboundDelivery.Status.FAILED),
-        "feishu_not_connected": links.change(links.bots, bot.pk),
     }
 
 
@@ -336,7 +327,9 @@ def _bot_row(*, bot: Bot, window: _Window, links: _AdminLinks, totals: _Totals) 
             failed_closed_24h=judgements.get("failed_closed_24h", 0),
             failed_turns_24h=turns.get("failed_24h", 0),
             failed_deliveries_24h=totals.failed_deliveries.get(bot.pk, 0) + turns.get("delivery_failed_24h", 0),
-            has_feishu_credentials=bot.has_feishu_credentials,
+            credentials=credentials_state(bot, totals.credential_checks.get(bot.pk)),
+            connection_down=connection_down(bot, totals.connections.get(bot.pk)),
+            events_recent=bot.pk in totals.last_event_at,
         )
     )
     cause_urls = _cause_urls(
@@ -348,7 +341,8 @@ def _bot_row(*, bot: Bot, window: _Window, links: _AdminLinks, totals: _Totals) 
         bot_url=links.change(links.bots, bot.pk),
         state=causes[0] if causes else HEALTHY,
         state_label=str(HEALTH_CAUSES[causes[0]]) if causes else HEALTHY,
-        causes=[(cause, str(HEALTH_CAUSES[cause]), cause_urls[cause]) for cause in causes],
+        state_is_warning=bool(causes) and causes[0] in WARNINGS,
+        causes=[(cause, str(HEALTH_SENTENCES[cause]), cause_urls[cause]) for cause in causes],
         numbers=_numbers(bot=bot, window=window, links=links, totals=totals),
         silences=[
             (
@@ -370,5 +364,8 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
     # The playground's stand-ins are not the hub's bots: their turns and judgements stay out of the front page.
     bots = list(Bot.objects.filter(is_sandbox=False).select_related("primary_model__provider").order_by("name", "pk"))
     totals = _totals_get(window=window)
-    links = _AdminLinks.lists_reversed()
-    return [_bot_row(bot=bot, window=window, links=links, totals=totals) for bot in bots]
+    links, costs = _AdminLinks.lists_reversed(), bot_costs(now=now, bot_ids=[bot.pk for bot in bots])
+    rows = [_bot_row(bot=bot, window=window, links=links, totals=totals) for bot in bots]
+    for row in rows:
+        row.cost = costs.get(row.bot.pk) or row.cost
+    return rows

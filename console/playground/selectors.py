@@ -46,8 +46,14 @@ def _admin_url(name: str, pk: Any) -> str:
     return reverse(f"admin:{name}", args=[pk])
 
 
-def gate_summary(*, judgement: ProbeJudgement | None, wake: DiscussWake | None) -> dict[str, Any] | None:
-    """The probe's decision as the page shows it: speak or silent, its cause, the judge's reason."""
+def gate_summary(
+    *, judgement: ProbeJudgement | None, wake: DiscussWake | None, message_id: str = ""
+) -> dict[str, Any] | None:
+    """The probe's decision as the page shows it: speak or silent, its cause, the judge's reason.
+
+    A debounced burst is judged once, on its newest message: the verdict and its reason are shown there; an
+    earlier message of the burst says it was judged with the later ones (issue 27: the newest message's reason
+    beside every message read as a wrong verdict of each)."""
     if judgement is None:
         if wake is None:
             return None
@@ -61,6 +67,16 @@ def gate_summary(*, judgement: ProbeJudgement | None, wake: DiscussWake | None) 
             "url": "",
         }
     speaks = judgement.activated
+    if message_id and wake is not None and wake.last_message_id and message_id != wake.last_message_id:
+        return {
+            "decision": "burst",
+            "label": _("judged together with the later messages of this burst"),
+            "cause": "",
+            "outcome": "",
+            "outcome_label": "",
+            "reason": "",
+            "url": _admin_url("probe_probejudgement_change", judgement.pk),
+        }
     return {
         "decision": "speak" if speaks else "silent",
         "label": _("speak") if speaks else _("stay silent"),
@@ -167,7 +183,7 @@ def _message_data(
             {
                 "bot_id": member.bot_id,
                 "event_status": event.status if event is not None else "",
-                "gate": gate_summary(judgement=judgement, wake=wake),
+                "gate": gate_summary(judgement=judgement, wake=wake, message_id=message.message_id),
                 "turn": _turn_summary(turn, rows.deliveries.get(turn.pk, []) if turn is not None else []),
             }
         )

@@ -49,3 +49,9 @@ def gate_bar_rects(columns: list[tuple[int, date, list[Segment]]]) -> SafeString
             for segment in segments
         )
     )
+
+
+@register.filter
+def get_item(mapping: dict, key: str):
+    """`mapping[key]` in a template (a cost window, then a kind): None when absent."""
+    return mapping.get(key) if mapping else None

@@ -29,6 +29,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F
 
 from agents.models import Bot
+from core.metrics import send_budget_wait_record
 from feishu.models import SendBudgetBucket
 
 logger = logging.getLogger(__name__)
@@ -111,15 +112,19 @@ def send_budget_acquire(*, chat_id: str, app_id: str, sleep: Callable[[float], N
     """Wait until the chat's and the app's budget allow one send, take it; returns the seconds waited."""
     sleep = sleep or time.sleep
     buckets = budget_buckets(chat_id=chat_id, app_id=app_id)
-    started = time.monotonic()
+    started, slept = time.monotonic(), False
     while True:
         wait = _take(buckets)
-        if wait == 0:
-            return time.monotonic() - started
         waited = time.monotonic() - started
+        if wait == 0:
+            if slept:  # only a send that had to wait is counted
+                send_budget_wait_record(waited)
+            return waited
         if waited >= MAX_ACQUIRE_WAIT_SECONDS:
             logger.warning("send budget wait exceeded, sending anyway", extra={"chat_id": chat_id, "app_id": app_id})
+            send_budget_wait_record(waited)
             return waited
+        slept = True
         sleep(min(wait, MAX_ACQUIRE_WAIT_SECONDS - waited))
 
 

@@ -111,6 +111,11 @@ def chat_get(*, bot: Bot, chat_id: str, sleep: Callable[[float], None] | None = 
 
 def bot_info_open_id(*, bot: Bot, sleep: Callable[[float], None] | None = None) -> str:
     """`GET /open-apis/bot/v3/info` -> bot.open_id (F6); the SDK has no typed call for it."""
+    return str(bot_info(bot=bot, sleep=sleep).get("open_id") or "")
+
+
+def bot_info(*, bot: Bot, sleep: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """`GET /open-apis/bot/v3/info` -> its `bot` object (open_id, app_name, ...)."""
     request = (
         BaseRequest.builder()
         .http_method(HttpMethod.GET)
@@ -123,7 +128,7 @@ def bot_info_open_id(*, bot: Bot, sleep: Callable[[float], None] | None = None) 
         return feishu_client.RawResult(client.request(request))
 
     response = feishu_client.feishu_call(bot=bot, operation="bot.info", call=call, sleep=sleep)
-    return str((response.body.get("bot") or {}).get("open_id") or "")
+    return dict(response.body.get("bot") or {})
 
 
 # Feishu's resource download: the SDK reads the whole body into memory, so this one call streams by hand.

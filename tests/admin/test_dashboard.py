@@ -12,7 +12,7 @@ from django.utils import timezone, translation
 
 from agents.models import Bot, Turn
 from console.dashboard.selectors import dashboard_rows
-from feishu.models import OutboundDelivery
+from feishu.models import FeishuConnection, FeishuCredentialCheck, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.services import probe_gate_run
 from tests.agents.factories import BotFactory, ThreadFactory
@@ -174,8 +174,8 @@ def test_a_turn_whose_delivery_failed_is_a_reply_and_flags_deliveries_failing(ad
     assert {turn.pk for turn in replies.context["cl"].result_list} == {replied.pk, undelivered.pk}
 
 
-def test_failed_deliveries_and_a_missing_feishu_connection_are_health_causes(admin_client):
-    # given a bot without Feishu credentials whose delivery failed
+def test_failed_deliveries_and_a_missing_feishu_app_are_health_causes(admin_client):
+    # given a bot without Feishu credentials (and no event received) whose delivery failed
     bot = BotFactory()
     turn = make_turn(bot, age=timedelta(hours=1))
     OutboundDelivery.objects.create(
@@ -186,8 +186,32 @@ def test_failed_deliveries_and_a_missing_feishu_connection_are_health_causes(adm
     row = row_of(admin_client.get("/admin/"), bot)
 
     # then
-    assert [cause for cause, _label, _url in row.causes] == ["deliveries_failing", "feishu_not_connected"]
+    assert [cause for cause, _label, _url in row.causes] == ["deliveries_failing", "feishu_not_set_up"]
     assert row.state == "deliveries_failing"
+    assert row.causes[1][2] == f"/admin/agents/bot/{bot.pk}/setup/"  # the page that fixes it
+
+
+def test_a_bot_without_a_feishu_app_that_receives_events_is_not_flagged(admin_client):
+    """The demo bots: local webhook credentials only (replies recorded), events arriving. Issue 27, finding 1."""
+    bot = BotFactory(feishu_verification_token="vt", feishu_encrypt_key="ek")
+    InboundEvent.objects.create(
+        bot=bot, event_id="e1", message_id="om_1", event_type="im.message.receive_v1", payload={}
+    )
+
+    row = row_of(admin_client.get("/admin/"), bot)
+
+    assert (row.state, row.causes) == ("healthy", [])
+
+
+def test_refused_credentials_and_a_down_long_connection_are_health_causes(admin_client):
+    bot = BotFactory(feishu_app_id="cli_a", feishu_app_secret="s", feishu_event_mode="long_connection")
+    FeishuCredentialCheck.objects.create(bot=bot, ok=False, checked_at=timezone.now(), detail="app secret invalid")
+    FeishuConnection.objects.create(bot=bot, state=FeishuConnection.State.FAILED, last_error="refused")
+
+    row = row_of(admin_client.get("/admin/"), bot)
+
+    assert [cause for cause, _sentence, _url in row.causes] == ["credentials_refused", "connection_down"]
+    assert "Feishu refused the app id and secret" in row.causes[0][1]
 
 
 def test_a_provider_whose_last_test_failed_makes_its_bots_unhealthy(admin_client):
@@ -286,3 +310,12 @@ def test_the_chart_tags_write_the_markup_of_the_template_loops_they_replaced(lan
         tags = engine.from_string(CHART_TAGS).render(context)
     assert tags == loops
     assert loops.count("<rect") == 7 + 2
+
+
+def test_the_app_list_is_in_the_hubs_order_in_every_language(admin_client):
+    """Issue 27: in zh-hans and ja the stock sort by translated name put "Axes" first."""
+    for language in ("en", "zh-hans", "ja"):
+        admin_client.cookies["django_language"] = language
+        labels = [app["app_label"] for app in admin_client.get("/admin/").context["app_list"]]
+        assert labels[:5] == ["agents", "feishu", "threadcontext", "probe", "playground"], language
+        assert labels.index("axes") > labels.index("auth")

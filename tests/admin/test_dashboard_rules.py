@@ -1,13 +1,21 @@
 """The dashboard's pure rules: health state and cause order, percentiles, chart scaling."""
 
-from console.dashboard.health import HealthInputs, Segment, bar_heights, health_causes, percentile, stacked_bars
+from console.dashboard.health import (
+    Credentials,
+    HealthInputs,
+    Segment,
+    bar_heights,
+    health_causes,
+    percentile,
+    stacked_bars,
+)
 
 HEALTHY_INPUTS = dict(
     provider_test_failed=False,
     failed_closed_24h=0,
     failed_turns_24h=0,
     failed_deliveries_24h=0,
-    has_feishu_credentials=True,
+    credentials=Credentials.OK,
 )
 
 
@@ -22,17 +30,31 @@ def test_every_health_cause_that_holds_is_listed_worst_first():
         failed_closed_24h=1,
         failed_turns_24h=2,
         failed_deliveries_24h=3,
-        has_feishu_credentials=False,
+        credentials=Credentials.MISSING,
+        connection_down=True,
     )
 
-    # then the provider comes first and a missing Feishu connection last
+    # then the provider comes first and a missing Feishu app last
     assert health_causes(inputs) == [
         "provider_test_failed",
+        "connection_down",
         "failing_closed",
         "turns_failing",
         "deliveries_failing",
-        "feishu_not_connected",
+        "feishu_not_set_up",
     ]
+
+
+def test_refused_credentials_rank_right_after_the_provider():
+    inputs = HealthInputs(**{**HEALTHY_INPUTS, "credentials": Credentials.REFUSED, "provider_test_failed": True})
+    assert health_causes(inputs) == ["provider_test_failed", "credentials_refused"]
+
+
+def test_a_bot_without_an_app_that_hears_events_is_not_flagged_but_a_silent_one_is():
+    missing = {**HEALTHY_INPUTS, "credentials": Credentials.MISSING}
+    assert health_causes(HealthInputs(**missing, events_recent=True)) == []
+    assert health_causes(HealthInputs(**missing)) == ["feishu_not_set_up"]
+    assert health_causes(HealthInputs(**{**HEALTHY_INPUTS, "credentials": Credentials.UNVERIFIED})) == []
 
 
 def test_one_judgement_failing_closed_is_enough_to_flag_the_bot():

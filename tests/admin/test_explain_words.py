@@ -7,12 +7,16 @@ from html import unescape
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from agents.models import Bot, Message, Turn
+from feishu.discuss.wake import ABSORBED_ERROR
+from feishu.models import DiscussWake
 from probe.admin import CAUSE_SENTENCES
 from probe.models import ProbeJudgement
 from probe.rules import Cause
 from tests.admin.test_links import CHAT, answered_wake  # noqa: F401  (fixtures)
+from tests.agents.factories import BotFactory
 from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
 from tests.probe.conftest import stub_base_url
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
@@ -114,7 +118,29 @@ def test_the_turn_page_shows_the_model_input_once_usage_as_a_table_and_masks_as_
     assert "<th>context_budget_tokens</th>" in model_input
     usage = re.search(r'field-usage_view">.*?<div class="readonly">(.*?)</div>', page, re.S).group(1)
     assert usage.startswith('<table class="dict-table">')  # key order is the database's (jsonb sorts keys)
-    assert f"<th>input_tokens</th><td>{turn.usage['input_tokens']}</td>" in usage
+    assert (
+        f'<th>input tokens <small class="quiet">input_tokens</small></th><td>{turn.usage["input_tokens"]}</td>' in usage
+    )
     # and the mask says who sees the message
     assert Message.objects.get(pk=turn.user_message_id).visibility_mask == 3
     assert 'history + context <small class="code"><code>3</code></small>' in message_page.content.decode()
+
+
+def test_a_wake_absorbed_by_an_at_is_an_outcome_not_an_error(admin_client):
+    """Issue 27: a wake an @ answered instead was listed under "Error"."""
+    now = timezone.now()
+    wake = DiscussWake.objects.create(
+        bot=BotFactory(),
+        chat_id="oc_1",
+        root_msg_id="om_root",
+        status=DiscussWake.Status.DONE,
+        last_message_id="om_1",
+        first_message_at=now,
+        due_at=now,
+        deadline_at=now,
+        error=f"{ABSORBED_ERROR} 7",
+    )
+
+    page = admin_client.get(reverse("admin:feishu_discusswake_explain", args=[wake.pk])).content.decode()
+
+    assert f"<th>Outcome</th><td data-wake-note>{ABSORBED_ERROR} 7</td>" in page

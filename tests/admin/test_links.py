@@ -15,7 +15,7 @@ from agents.models import Bot, Turn
 from feishu.discuss.sweep import discuss_wakes_sweep
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
-from tests.agents.factories import LLMModelFactory, ProviderFactory
+from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory
 from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401  (fixtures)
 from tests.probe.conftest import stub_base_url
 from tests.stubs.llm_servers import StubResponse, anthropic_body, openai_chat_body
@@ -148,3 +148,16 @@ def test_each_record_links_back_to_its_neighbours(admin_client, answered_wake):
     assert len(from_bot) == 8
     bot_wakes = next(href for href in from_bot if href.startswith(reverse("admin:feishu_discusswake_changelist")))
     assert results_of(admin_client, bot_wakes) == [wake]
+
+
+def test_every_turn_in_the_list_links_to_its_explain_page(admin_client):
+    """Issue 27: why a bot spoke is one click from the turns list."""
+    bot = BotFactory()
+    thread = ThreadFactory(bot=bot)
+    turn = Turn.objects.create(bot=bot, thread=thread, trigger=Turn.Trigger.REST, source_message_id="rest:1")
+
+    page = admin_client.get("/admin/agents/turn/").content.decode()
+    explain = reverse("admin:feishu_turn_explain", args=[turn.pk])
+
+    assert f'href="{explain}"' in page
+    assert admin_client.get(explain).status_code == 200

@@ -152,8 +152,10 @@ def test_get_turn_permission_matrix(people, role, expected_status, django_captur
         {"content": None},
         {"content": "x" * (REST_MESSAGE_MAX_CHARS + 1)},
         {"text": "hi"},
+        {"content": 123},
+        {"content": True},
     ],
-    ids=["missing", "empty", "blank", "null", "oversized", "wrong-field"],
+    ids=["missing", "empty", "blank", "null", "oversized", "wrong-field", "number", "boolean"],
 )
 def test_bad_message_is_400_and_writes_nothing(people, body, django_capture_on_commit_callbacks):
     # given

@@ -120,22 +120,24 @@ def test_seed_demo_keeps_an_operators_edits():
     assert Bot.objects.get(slug="planner").name == "Chief planner"
 
 
-def test_ensure_admin_sets_a_fresh_random_password_each_run():
-    # when
+def test_ensure_admin_keeps_the_password_across_runs_and_resets_it_on_request():
+    # when: two runs (two `make run`), then a reset
     outputs = []
-    for _ in range(2):
+    for args in ((), (), ("--reset-password",)):
         out = io.StringIO()
-        call_command("ensure_admin", stdout=out)
+        call_command("ensure_admin", *args, stdout=out)
         outputs.append(dict(line.split(": ", 1) for line in out.getvalue().splitlines()))
 
-    # then: one superuser; only the last printed password works; the token stays, its key printed once (issue 30)
+    # then: one superuser; the second run keeps the first password (no one is logged out, issue 27); the reset
+    # prints a new one that replaces it; the token stays, its key printed once (issue 30)
     admin = get_user_model().objects.get()
     assert (admin.username, admin.is_superuser, admin.is_staff) == ("admin", True, True)
-    first, second = outputs[0]["Admin password"], outputs[1]["Admin password"]
-    assert first != second and len(second) >= 20
+    first, reset = outputs[0]["Admin password"], outputs[2]["Admin password"]
+    assert outputs[1]["Admin password"].startswith("unchanged")
+    assert first != reset and len(reset) >= 20
     login = RequestFactory().post("/admin/login/")  # django-axes' backend needs the request (its address)
     assert authenticate(login, username="admin", password=first) is None
-    assert authenticate(login, username="admin", password=second) == admin
+    assert authenticate(login, username="admin", password=reset) == admin
     token = Token.objects.get(user=admin).key
     assert outputs[0]["API token"] == f"{token}  (Authorization: Token {token})"
     assert token not in outputs[1]["API token"] and "not shown again" in outputs[1]["API token"]

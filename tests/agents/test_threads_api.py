@@ -629,3 +629,12 @@ def test_i10_7_the_schema_states_the_bounds_the_api_enforces():
     assert parameter("/api/v1/context/decisions/", "profile")["oneOf"][0]["pattern"] == "^[-a-zA-Z0-9_]*$"
     assert (content["pattern"], content["maxLength"]) == ("\\S", 32000)  # not blank: one non-space character
     assert set(schema["paths"]["/api/v1/threads/{thread_id}/messages/"]["post"]["responses"]) >= {"409", "414"}
+
+
+def test_an_unknown_api_url_is_json_404_with_debug_on(client, settings):
+    settings.DEBUG = True  # Django's handler404 answers only with DEBUG off; the /api/ catch-all answers always
+
+    response = client.get("/api/v1/no-such-thing/")
+
+    assert response.status_code == 404
+    assert response.json() == {"message": "Not found.", "extra": {}}

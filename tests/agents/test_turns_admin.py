@@ -79,7 +79,8 @@ def test_turn_detail_shows_model_input_as_sent_output_usage_and_retry_history(ad
     assert "&quot;max_tokens&quot;: 2048" in page
     assert "You are Helper." in page
     assert "&quot;outcome&quot;: &quot;retry&quot;" in page and "&quot;outcome&quot;: &quot;ok&quot;" in page
-    assert "<th>output_tokens</th><td>6</td>" in page  # the usage is a table
+    assert '<th>output tokens <small class="quiet">output_tokens</small></th><td>6</td>' in page  # the usage is a table
+    assert 'id="tool-calls-none"' in page  # no tool was called: the timeline says so (issue 27)
     assert "sk-secret-999" not in page
 
 

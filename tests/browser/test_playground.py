@@ -72,3 +72,37 @@ def test_the_playground_shows_a_reply_and_a_gate_decision_beside_each_message(
     assert "stay silent" in silent.inner_text() and "judged" in silent.inner_text()
     console_page.screenshot("playground-discuss-group")
     assert feishu_stub.requests == []
+    # and a verdict's label reads against the timeline's background (issue 27: "Probe:" of a speak was 1.4:1)
+    for verdict in ("speak", "silent"):
+        assert (
+            contrast_ratio(page, f"playground-gate playground-gate-{verdict}", within="#playground-timeline td") >= 4.5
+        )
+
+
+# The WCAG contrast ratio of an element of `classes` placed in the page's `within`, against the first opaque
+# background up its ancestors (white when none is).
+CONTRAST_JS = """([classes, within]) => {
+  const probe = document.createElement("div");
+  probe.className = classes;
+  probe.textContent = "Probe: speak";
+  document.querySelector(within).appendChild(probe);
+  const rgb = (text) => text.match(/[\\d.]+/g).map(Number);
+  const luminance = ([r, g, b]) => {
+    const channel = (value) => { value /= 255; return value <= 0.03928 ? value / 12.92 : ((value + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+  };
+  let node = probe, background = [255, 255, 255];
+  while (node) {
+    const value = rgb(getComputedStyle(node).backgroundColor);
+    if (value.length === 3 || value[3] > 0) { background = value.slice(0, 3); break; }
+    node = node.parentElement;
+  }
+  const foreground = rgb(getComputedStyle(probe).color).slice(0, 3);
+  probe.remove();
+  const [light, dark] = [luminance(foreground), luminance(background)].sort((a, b) => b - a);
+  return (light + 0.05) / (dark + 0.05);
+}"""
+
+
+def contrast_ratio(page, classes: str, *, within: str) -> float:
+    return page.evaluate(CONTRAST_JS, [classes, within])

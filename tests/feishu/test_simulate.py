@@ -35,6 +35,7 @@ def test_feishu_simulate_drives_a_running_hub(live_server, feishu_stub, make_fei
     # then: every event acknowledged, the @s answered in the topic, the DM answered, discussion recorded
     out = capsys.readouterr().out
     assert out.count("200 ") == 5
+    assert out.startswith("Posting 5 signed, encrypted events to") and "/admin/feishu/outbounddelivery/" in out
     assert InboundEvent.objects.filter(status="done").count() == 5
     assert sorted(Turn.objects.values_list("trigger", flat=True)) == ["dm", "mention", "mention"]
     assert len(feishu_stub.sent) == 3

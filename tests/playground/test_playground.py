@@ -282,3 +282,21 @@ def test_in_a_topic_group_an_at_mention_inside_a_topic_gets_the_topic_root_as_co
     )
     shown = state(admin_client, group)["messages"]
     assert [message["root_message_id"] for message in shown] == ["", root_id]
+
+
+def test_a_burst_judged_once_shows_the_verdict_on_its_newest_message_only(
+    admin_client, group, hub_bots, feishu_stub, django_capture_on_commit_callbacks
+):
+    """Issue 27: the newest message's reason beside every message of the burst read as a wrong verdict of each."""
+    planner, _coder = hub_bots
+    first = post(admin_client, group, django_capture_on_commit_callbacks, sender="Bob", text="lunch at noon")
+    last = post(admin_client, group, django_capture_on_commit_callbacks, sender="Bob", text="or at one?")
+    with django_capture_on_commit_callbacks(execute=True):
+        discuss_wakes_sweep(now=timezone.now() + timedelta(minutes=1))
+
+    shown = {message["message_id"]: message for message in state(admin_client, group)["messages"]}
+    earlier = next(r for r in shown[first.json()["message_id"]]["results"] if r["bot_id"] == planner.pk)
+    newest = next(r for r in shown[last.json()["message_id"]]["results"] if r["bot_id"] == planner.pk)
+    assert (earlier["gate"]["decision"], earlier["gate"]["reason"]) == ("burst", "")
+    assert newest["gate"]["decision"] in ("speak", "silent") and newest["gate"]["reason"]
+    assert earlier["gate"]["url"] == newest["gate"]["url"]  # one judgement, linked from both

@@ -115,6 +115,7 @@ def openai_chat_body(
     output_tokens: int = 20,
     model: str = "gpt-4o-2024-08-06",
     finish_reason: str = "stop",
+    cached_tokens: int = 0,  # of input_tokens, read from the prompt cache (prompt_tokens_details, A7)
 ) -> dict[str, Any]:
     calls = [
         {
@@ -137,6 +138,7 @@ def openai_chat_body(
             "prompt_tokens": input_tokens,
             "completion_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
         },
     }
 

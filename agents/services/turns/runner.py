@@ -188,6 +188,7 @@ def _complete(
             usage=Usage(
                 input_tokens=result.usage.input_tokens + retry.usage.input_tokens,
                 output_tokens=result.usage.output_tokens + retry.usage.output_tokens,
+                cached_input_tokens=result.usage.cached_input_tokens + retry.usage.cached_input_tokens,
             ),
             raw_finish_reason=retry.raw_finish_reason,
         )
@@ -341,6 +342,7 @@ def _reply_store(
     usage = {
         "input_tokens": result.usage.input_tokens,
         "output_tokens": result.usage.output_tokens,
+        "cached_input_tokens": result.usage.cached_input_tokens,
         "model": model.name,
         "provider": model.provider.name,
         "model_duration_ms": model_duration_ms,

@@ -59,6 +59,11 @@ class Command(BaseCommand):
         # @-mentions must carry the open_id the hub knows each bot by (F6).
         open_ids = {slug: b.feishu_bot_open_id or f"ou_bot_{b.feishu_app_id}" for slug, b in bots.items()}
         failures = 0
+        self.stdout.write(
+            f"Posting {len(steps)} signed, encrypted events to {options['url']}/feishu/webhook/{bot.slug}/ "
+            f"as Feishu would (chat {options['chat']}):"
+        )
+        self.stdout.write("status  time      kind    message id  text")
         for run in range(options["repeat"]):
             results = conversation_simulate(
                 base_url=options["url"],
@@ -76,3 +81,9 @@ class Command(BaseCommand):
                 )
         if failures:
             raise CommandError(f"{failures} event(s) were not acknowledged with 200.")
+        # Replies are made by the worker after the 200: where to read them, not a wait for them here.
+        self.stdout.write(
+            f"Done. The bots reply from the worker within seconds: {options['url']}/admin/feishu/outbounddelivery/ "
+            "(a bot without a Feishu app has its replies recorded there), and each turn's explain page from "
+            f"{options['url']}/admin/agents/turn/."
+        )
