@@ -39,7 +39,7 @@ SCOPE_PURPOSES = {
     "im:message.group_at_msg:readonly": _("receive group messages that @ the bot"),
     "im:message.group_msg": _("receive group messages that do not @ the bot (discuss mode, thread context)"),
     "im:message.reactions:write_only": _("the receipt and failure reactions"),
-    "im:resource": _("images and files of a message; the file /context export uploads"),
+    "im:resource": _("images and files of a message"),
     "im:chat:readonly": _("a group's mode, and the bot added to or removed from a group"),
     "cardkit:card:write": _("markdown and streaming cards"),
 }
