@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
+from feishu.channel.peers import chat_peer_bots, mentioned_peer_bots
 from feishu.channel.sessions import session_retire
 from feishu.channel.turn_channel import feishu_turn_start
+from feishu.discuss.arbitration import at_all_arbitrate
 from feishu.discuss.wake import discuss_wake_schedule, discuss_wakes_absorb, discuss_wakes_forget_message
 from feishu.inbound.intake import (
     EventFinish,
@@ -61,6 +63,7 @@ ROUTE_REPLY_OFF = "reply_off"  # G5: the group's reply mode is off: recorded, ne
 ROUTE_WORKSPACE_JOINED = "workspace_joined"
 ROUTE_WORKSPACE_RETIRED = "workspace_retired"
 ROUTE_RECALLED = "recalled"
+ROUTE_ADDRESSED_ELSEWHERE = "addressed_elsewhere"  # B4: the message @-mentions other hub bots: theirs, no wake here
 IGNORED_UNKNOWN_EVENT = "unknown_event"
 
 # The event types routing handles (the webhook stores exactly these, feishu.inbound.webhook.HANDLED_EVENT_TYPES).
@@ -213,8 +216,12 @@ def _group_message_route(
         workspace, _ = workspace_ensure(bot_profile=bot.slug, chat_id=parsed.chat_id)
     policy = group_policy(bot=bot, workspace=workspace, parsed=parsed)
     if policy.at_all_addresses and not message.is_this_bot_addressed:
-        # respond_to_at_all: an @all is an @ of this bot (recorded as its request, answered as a mention).
-        message = dataclasses.replace(message, is_this_bot_addressed=True)
+        # respond_to_at_all: an @all is an @ of this bot (recorded as its request, answered as a mention), unless
+        # several bots of the chat respond to it and the chat wants one answer (B3): then only the pick's.
+        if at_all_arbitrate(
+            bot=bot, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, message_id=parsed.message_id
+        ):
+            message = dataclasses.replace(message, is_this_bot_addressed=True)
     addressed = message.is_this_bot_addressed
     if command and addressed:
         return _command_handle(bot=bot, parsed=parsed, command=command)
@@ -236,6 +243,8 @@ def _group_message_route(
             bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention
         )
     if policy.reply_mode == Bot.GroupReplyMode.DISCUSS and not command and not policy.is_at_all:
+        if parsed.mentions and mentioned_peer_bots(parsed=parsed, peers=chat_peer_bots(chat_id=parsed.chat_id)):
+            return RouteResult(ROUTE_ADDRESSED_ELSEWHERE)  # B4: an @ belongs to the bots it names
         return _discuss_wake_open(bot=bot, parsed=parsed, policy=policy, finish=finish)
     return RouteResult(ROUTE_RECORDED)
 
