@@ -164,8 +164,8 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
         if not candidacy_enter(wake=wake, judgement=gate.judgement):
             return FIRE_ABSORBED
         picks = candidacies_settle(chat_id=wake.chat_id, root_msg_id=wake.root_msg_id)
-        won = any(pick.winner_bot_id == bot.pk and pick.message_id == wake.last_message_id for pick in picks)
-        return FIRE_STARTED if won else FIRE_CANDIDATE
+        # This fire made the pick (and started the winner's turn, maybe another bot's), or left it to a later one.
+        return FIRE_STARTED if any(pick.winner_turn_id for pick in picks) else FIRE_CANDIDATE
     with transaction.atomic():
         # An @ or reply answered this timeline while the judge ran (G4): that turn is the one answer.
         if not DiscussWake.objects.select_for_update().filter(pk=wake.pk, status=DiscussWake.Status.RUNNING).exists():
