@@ -14,7 +14,7 @@ from feishu.discuss.sweep import discuss_wakes_sweep
 from feishu.explain import wake_explain_data
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, InboundEvent
 from tests.agents.factories import LLMModelFactory, ProviderFactory
-from tests.probe.conftest import _fresh_gate_config_cache, make_judge, stub_base_url  # noqa: F401  (fixtures)
+from tests.probe.conftest import stub_base_url
 from tests.stubs.llm_servers import StubResponse, anthropic_body, openai_chat_body
 from threadcontext.models import Workspace
 
