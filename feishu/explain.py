@@ -8,6 +8,7 @@ bridge because it needs every app; probe and threadcontext stay ignorant of each
 from typing import Any
 
 from agents.models import Turn
+from feishu.channel.brake import turn_chain
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
 from threadcontext.explain import decision_explain_data
@@ -158,4 +159,6 @@ def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None)
         "context": _context(turn),
         "delivery": _delivery(turn),
         "arbitration": _arbitration(wake=wake, turn=turn),
+        # B1/B2: the hand-offs that led to this turn, the person's request first ("asked by Planner in turn N").
+        "chain": turn_chain(turn=turn) if turn is not None and turn.asked_by_id else [],
     }

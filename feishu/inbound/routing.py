@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
+from feishu.channel.brake import handoff_receive
 from feishu.channel.peers import chat_peer_bots, mentioned_peer_bots
 from feishu.channel.sessions import session_retire
 from feishu.channel.turn_channel import feishu_turn_start
@@ -63,6 +64,7 @@ ROUTE_REPLY_OFF = "reply_off"  # G5: the group's reply mode is off: recorded, ne
 ROUTE_WORKSPACE_JOINED = "workspace_joined"
 ROUTE_WORKSPACE_RETIRED = "workspace_retired"
 ROUTE_RECALLED = "recalled"
+ROUTE_HANDOFF = "handoff"  # B1: another hub bot's answer @-mentions this bot
 ROUTE_ADDRESSED_ELSEWHERE = "addressed_elsewhere"  # B4: the message @-mentions other hub bots: theirs, no wake here
 IGNORED_UNKNOWN_EVENT = "unknown_event"
 
@@ -229,8 +231,9 @@ def _group_message_route(
     recorded = thread_event_record_inbound(message=message, workspace=workspace, secrets=bot_secrets(bot))
     if parsed.sender_type != "user":
         # Another app's message: recorded per the collector rules (a topic root keeps its actor_type), never a
-        # trigger: bots answering bots is autonomous orchestration, which the seed leaves out.
-        return RouteResult(IGNORED_OTHER_APP)
+        # trigger, except a hub bot's answer that @-mentions this bot: a hand-off (B1), braked (B2).
+        turn = handoff_receive(bot=bot, parsed=parsed, message=message) if addressed else None
+        return RouteResult(ROUTE_HANDOFF, turn) if turn is not None else RouteResult(IGNORED_OTHER_APP)
     if policy.reply_mode == REPLY_OFF:
         return RouteResult(ROUTE_REPLY_OFF)
     if not policy.sender_is_allowed:
