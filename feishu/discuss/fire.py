@@ -74,6 +74,9 @@ def discuss_transcript_build(
     columns = ("bridge_id", "event_type", "actor_id", "bot_profile", "session_name", "metadata", "text")
     rows = list(events.order_by("-id").values(*columns)[:limit])
     rows.reverse()
+    # B5: another hub bot's reply is labelled with that bot's display name, so the judge sees who answered what.
+    other_bots = {row["bot_profile"] for row in rows if row["event_type"] == ThreadEvent.EventType.AGENT_OUTPUT}
+    names = dict(Bot.objects.filter(slug__in=other_bots - {bot.slug}).values_list("slug", "name")) if other_bots else {}
     transcript = []
     for row in rows:
         if row["event_type"] == ThreadEvent.EventType.AGENT_OUTPUT:
@@ -81,6 +84,8 @@ def discuss_transcript_build(
                 transcript.append(ChatMessage(role="assistant", content=row["text"]))
                 continue
             label = f"{row['bot_profile']}/{row['session_name']}" if row["session_name"] else row["bot_profile"]
+            if row["bot_profile"] in names:
+                label = f"{names[row['bot_profile']]} (bot)"
         else:
             metadata = row["metadata"] if isinstance(row["metadata"], dict) else {}
             label = metadata.get("sender_name") or row["actor_id"]

@@ -169,3 +169,27 @@ def test_b4_at_all_follows_respond_to_at_all_then_one_answer(
     arbitration = Arbitration.objects.get(message_id="om_all")
     assert (arbitration.winner_bot, arbitration.rule) == (planner, "at_all_first_by_slug")
     assert not DiscussWake.objects.exists()
+
+
+def test_b5_a_judge_sees_the_other_bots_replies_labelled_by_bot(
+    feishu, team, llm_stub, django_capture_on_commit_callbacks
+):
+    # given: the Coder answered a first question (picked by B3)
+    judges_say_send(llm_stub, 3)
+    llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Roll back to 1.4.")))
+    everyone_hears(feishu, team, text="the deploy failed, what now?", message_id="om_first")
+    sweep_later(django_capture_on_commit_callbacks)
+    # when: a follow-up in the same timeline wakes the judges again
+    for _ in range(3):
+        decide = ("decide", {"should_act": "no_action", "reason": "the Coder answered it"})
+        llm_stub.enqueue("anthropic", StubResponse(body=anthropic_body(tool_calls=[decide])))
+    everyone_hears(feishu, team, text="is that safe?", message_id="om_follow")
+    sweep_later(django_capture_on_commit_callbacks)
+    # then: the Planner's and the Reviewer's judges see the Coder's reply, labelled with its name; the Coder's sees
+    # it as its own (assistant) turn
+    later = llm_stub.requests_for("anthropic")[3:]
+    transcripts = [[(m["role"], str(m["content"])) for m in request.json["messages"]] for request in later]
+    labelled = [t for t in transcripts if ("user", "Coder (bot): Roll back to 1.4.") in t]
+    own = [t for t in transcripts if any(role == "assistant" and "Roll back" in text for role, text in t)]
+    assert (len(labelled), len(own)) == (2, 1)
+    assert Turn.objects.count() == 1
