@@ -17,6 +17,7 @@ from django.utils.translation import gettext, gettext_noop
 
 from agents.models import Bot, Turn
 from agents.services.turns import ledger
+from feishu.channel.handoff import UNSENT_REPLY_PREFIX
 from feishu.channel.peers import chat_policy
 from feishu.channel.turn_channel import feishu_turn_start
 from feishu.inbound.parsing import ParsedMessage
@@ -43,9 +44,16 @@ def handoff_asker(*, bot: Bot, parsed: ParsedMessage) -> Asker | None:
         .exclude(bot=bot)
         .first()
     )
-    if delivery is None or delivery.turn is None:
+    asking = delivery.turn if delivery is not None else None
+    if asking is None and parsed.message_id.startswith(UNSENT_REPLY_PREFIX):  # a recorded reply (F5)
+        turn_id = parsed.message_id.removeprefix(UNSENT_REPLY_PREFIX)
+        asking = (
+            Turn.objects.select_related("bot").filter(pk=int(turn_id)).exclude(bot=bot).first()
+            if turn_id.isdigit()
+            else None
+        )
+    if asking is None:
         return None
-    asking = delivery.turn
     # B2: any person's message in this thread since the asking turn began resets the count.
     person_spoke = (
         ThreadEvent.objects.filter(

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 EVENT_MESSAGE = "im.message.receive_v1"
 HANDOFF_EVENT_PREFIX = "handoff"
+# The message id of a reply that was recorded, not sent (a bot without Feishu credentials, F5): the turn's own id.
+UNSENT_REPLY_PREFIX = "amux-turn-"
 _CODE = re.compile(r"(^|\n) {0,3}(`{3,}|~{3,})[^\n]*\n.*?(\n {0,3}\2[^\n]*(?=\n|$)|$)|`[^`\n]+`", re.DOTALL)
 
 

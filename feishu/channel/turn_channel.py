@@ -46,7 +46,7 @@ from agents.services.turns.channels import AutomationChannel, StreamSink, failur
 from core.redaction import redact
 from core.text import TranslatableText
 from feishu.channel.attachments import turn_attachments_fetch
-from feishu.channel.handoff import chat_handoff_targets, handoff_text_render, handoffs_dispatch
+from feishu.channel.handoff import UNSENT_REPLY_PREFIX, chat_handoff_targets, handoff_text_render, handoffs_dispatch
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
 from feishu.inbound.messages import (
@@ -266,7 +266,7 @@ class FeishuChannel(TurnChannel):
             bot_profile=bot.slug,
             chat_id=parsed.chat_id,
             root_msg_id=parsed.root_msg_id,
-            message_id=first_message_id or f"amux-turn-{turn.pk}",
+            message_id=first_message_id or f"{UNSENT_REPLY_PREFIX}{turn.pk}",
             text=reply.content,
             thread_id=parsed.thread_id,
             chat_type=parsed.chat_type,
@@ -277,9 +277,13 @@ class FeishuChannel(TurnChannel):
             # C8: only now, after the reply whose prompt really held the root was delivered.
             session_binding_mark_topic_root_delivered(binding_id=binding_id)
         receipt_remove(turn=turn, parsed=parsed)
-        if targets and first_message_id:
+        if targets:  # a bot without Feishu credentials (F5) records its reply: its hand-off keys on the turn
             handoffs_dispatch(
-                turn=turn, parsed=parsed, message_id=first_message_id, text=reply.content, targets=targets
+                turn=turn,
+                parsed=parsed,
+                message_id=first_message_id or f"{UNSENT_REPLY_PREFIX}{turn.pk}",
+                text=reply.content,
+                targets=targets,
             )
 
     @staticmethod

@@ -282,3 +282,29 @@ def test_in_a_topic_group_an_at_mention_inside_a_topic_gets_the_topic_root_as_co
     )
     shown = state(admin_client, group)["messages"]
     assert [message["root_message_id"] for message in shown] == ["", root_id]
+
+
+def test_b1_the_playground_shows_a_hand_off_beside_the_message(
+    admin_client, group, hub_bots, feishu_stub, django_capture_on_commit_callbacks
+):
+    # given: both stand-ins heard the group (a bot is a member of a chat once it heard something there)
+    planner, coder = hub_bots
+    post(admin_client, group, django_capture_on_commit_callbacks, sender="Alice", text="hello")
+    # when: the Coder is asked something its (echoing) answer passes on to @Planner
+    post(
+        admin_client,
+        group,
+        django_capture_on_commit_callbacks,
+        sender="Alice",
+        text="tell @Planner",
+        mentions=[coder.pk],
+    )
+    # then: the Coder's answer is shown with its hand-off to the Planner
+    shown = state(admin_client, group)
+    (coder_turn,) = [
+        r["turn"] for m in shown["messages"] for r in m["results"] if r["turn"] and r["bot_id"] == coder.pk
+    ]
+    (handed,) = shown["handoffs"][str(coder_turn["id"])]
+    assert handed.startswith("Planner (turn ")
+    handoff = Turn.objects.get(trigger="handoff")
+    assert (handoff.asked_by_id, handoff.chain_length) == (coder_turn["id"], 1)
