@@ -104,7 +104,7 @@ def handoff_turn_start(*, bot: Bot, parsed: ParsedMessage, message, asker: Asker
 
 def turn_chain(*, turn: Turn, limit: int = 50) -> list[dict]:
     """Explain (B1, B2): the chain of hand-offs that led to this turn, oldest first (the person's request first)."""
-    chain = []
+    chain: list[dict] = []
     current: Turn | None = turn
     while current is not None and len(chain) < limit:
         chain.append(

@@ -187,7 +187,8 @@ def _winner_start(*, winner: AnswerCandidate, arbitration: Arbitration, pick: Pi
     if turn is None:
         return
     DiscussWake.objects.filter(pk=winner.wake_id).update(turn=turn, error=f"picked: {pick.reason}")
-    ProbeJudgement.objects.filter(pk=winner.judgement_id).update(turn=turn, thread_id=turn.thread_id)
+    if winner.judgement_id is not None:  # the contract of the turn is rebuilt from the judgement linked to it (P9)
+        ProbeJudgement.objects.filter(pk=winner.judgement_id).update(turn=turn, thread_id=turn.thread_id)
 
 
 def _arbitrated(*, rows: list[AnswerCandidate], arbitration: Arbitration) -> None:
