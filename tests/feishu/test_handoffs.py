@@ -4,6 +4,7 @@ primaries at the LLM stub (the OpenAI SDK) -> lark-oapi -> the Feishu stub."""
 import json
 
 import pytest
+from django.urls import reverse
 
 from agents.models import Bot, Turn
 from feishu.channel.brake import turn_chain
@@ -43,7 +44,9 @@ def person_asks(feishu, pair, *, to: Bot, text: str, message_id: str, root_id: s
         feishu.say(bot, text=text, chat_id=CHAT, message_id=message_id, mention=[to], root_id=root_id)
 
 
-def test_b1_a_planner_answer_that_mentions_the_coder_gets_the_coders_answer_in_the_same_topic(feishu, pair, llm_stub):
+def test_b1_a_planner_answer_that_mentions_the_coder_gets_the_coders_answer_in_the_same_topic(
+    feishu, pair, llm_stub, admin_client
+):
     planner, coder = pair
     answers(llm_stub, "Plan: 1) a form 2) an API.\n@Coder please implement this.", "Implemented: login.py")
     # when: a person asks the Planner in a new topic
@@ -76,6 +79,8 @@ def test_b1_a_planner_answer_that_mentions_the_coder_gets_the_coders_answer_in_t
     # explain: "asked by Planner in turn N", and the chain
     assert turn_chain(turn=handed)[-1]["asked_by"] == f"asked by Planner in turn {asking.pk}"
     assert wake_explain_data(turn_id=handed.pk)["chain"][0]["turn_id"] == asking.pk
+    page = admin_client.get(reverse("admin:feishu_turn_explain", args=[handed.pk])).content.decode()
+    assert f"asked by Planner in turn {asking.pk}" in page and 'id="explain-chain"' in page
     # when: Feishu also pushes the Planner's message to the Coder's app (same message_id)
     pushed = message_event_payload(
         verification_token=coder.feishu_verification_token, app_id=coder.feishu_app_id,
@@ -153,3 +158,17 @@ def test_b2_a_limit_of_zero_turns_hand_offs_off(feishu, pair, llm_stub):
     person_asks(feishu, pair, to=planner, text="plan it", message_id="om_zero")
     assert list(Turn.objects.values_list("bot__slug", flat=True)) == ["planner", "planner"]
     assert "<at" not in feishu.stub.sent_texts()[-1]
+
+
+def test_b1_a_streamed_card_answer_is_followed_by_one_line_with_the_real_mention(feishu, pair, llm_stub):
+    planner, coder = pair
+    Bot.objects.filter(pk=planner.pk).update(reply_format=Bot.ReplyFormat.MARKDOWN_CARD)
+    answers(llm_stub, "**Plan** ready. @Coder please implement it.", "Implemented.")
+    person_asks(feishu, pair, to=planner, text="plan it", message_id="om_card")
+    # then: the card (updated in place: an @ there notifies nobody) and a text line carrying the real mention
+    planner_texts = [
+        json.loads(sent["content"]) for sent in feishu.stub.sent if sent["app_id"] == planner.feishu_app_id
+    ]
+    assert {"text": f'<at user_id="{bot_open_id(coder)}">Coder</at>'} in planner_texts
+    handed = Turn.objects.get(bot=coder)
+    assert (handed.trigger, handed.status, handed.asked_by.bot) == ("handoff", "delivered", planner)

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.cache import cache
+from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Turn
@@ -67,7 +68,7 @@ def sweep_later(django_capture_on_commit_callbacks) -> list[str]:
 
 
 def test_b3_three_discuss_bots_whose_judges_all_say_send_give_one_answer(
-    feishu, team, llm_stub, django_capture_on_commit_callbacks
+    feishu, team, llm_stub, django_capture_on_commit_callbacks, admin_client
 ):
     # given: three discuss bots of one chat, each judge says send
     judges_say_send(llm_stub, 3)
@@ -98,6 +99,8 @@ def test_b3_three_discuss_bots_whose_judges_all_say_send_give_one_answer(
         explained = wake_explain_data(wake_id=wake.pk)
         assert explained["arbitration"]["winner"] == "Coder"
         assert explained["arbitration"]["outcome"] == "arbitrated"
+    page = admin_client.get(reverse("admin:feishu_discusswake_explain", args=[wake.pk])).content.decode()
+    assert "Picked: Coder (this bot: arbitrated)" in page and "first_by_slug" in page
 
 
 def test_b3_the_pick_prefers_the_bot_the_message_names_then_the_quietest(
