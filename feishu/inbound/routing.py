@@ -232,7 +232,8 @@ def _group_message_route(
     if parsed.sender_type != "user":
         # Another app's message: recorded per the collector rules (a topic root keeps its actor_type), never a
         # trigger, except a hub bot's answer that @-mentions this bot: a hand-off (B1), braked (B2).
-        turn = handoff_receive(bot=bot, parsed=parsed, message=message) if addressed else None
+        may_answer = addressed and policy.reply_mode != REPLY_OFF  # a group that silenced the bot silences hand-offs
+        turn = handoff_receive(bot=bot, parsed=parsed, message=message) if may_answer else None
         return RouteResult(ROUTE_HANDOFF, turn) if turn is not None else RouteResult(IGNORED_OTHER_APP)
     if policy.reply_mode == REPLY_OFF:
         return RouteResult(ROUTE_REPLY_OFF)
