@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from feishu.discuss.fire import FIRE_CANDIDATE, FIRE_STARTED
+from feishu.discuss.fire import FIRE_CANDIDATE, FIRE_DECLINED, FIRE_STARTED
 from feishu.discuss.sweep import discuss_wakes_sweep
 from feishu.explain import wake_explain_data
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, InboundEvent
@@ -196,3 +196,23 @@ def test_b5_a_judge_sees_the_other_bots_replies_labelled_by_bot(
     own = [t for t in transcripts if any(role == "assistant" and "Roll back" in text for role, text in t)]
     assert (len(labelled), len(own)) == (2, 1)
     assert Turn.objects.count() == 1
+
+
+def test_b3_a_pick_waits_for_the_last_judge_even_when_it_declines(
+    feishu, team, llm_stub, django_capture_on_commit_callbacks
+):
+    # given: two discuss bots; the first judge says send, the second (fired last) declines
+    coder, planner, _ = team
+    decide_send = ("decide", {"should_act": "send", "reason": "a question"})
+    decide_no = ("decide", {"should_act": "no_action", "reason": "not mine"})
+    llm_stub.enqueue("anthropic", StubResponse(body=anthropic_body(tool_calls=[decide_send])))
+    llm_stub.enqueue("anthropic", StubResponse(body=anthropic_body(tool_calls=[decide_no])))
+    llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Here.")))
+    # when
+    everyone_hears(feishu, [coder, planner], text="who owns the cache?", message_id="om_decline")
+    outcomes = sweep_later(django_capture_on_commit_callbacks)
+    # then: the candidate waited for the other judge, whose decline made the pick (a pick of one)
+    assert outcomes == [FIRE_CANDIDATE, FIRE_DECLINED]
+    arbitration = Arbitration.objects.get()
+    assert (arbitration.winner_bot, len(arbitration.candidates)) == (coder, 1)
+    assert Turn.objects.get().bot == coder
