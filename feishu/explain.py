@@ -161,4 +161,9 @@ def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None)
         "arbitration": _arbitration(wake=wake, turn=turn),
         # B1/B2: the hand-offs that led to this turn, the person's request first ("asked by Planner in turn N").
         "chain": turn_chain(turn=turn) if turn is not None and turn.asked_by_id else [],
+        # B1, the asking side: the bots this turn's answer handed off to, and their turns.
+        "handed_to": [
+            {"turn_id": handed.pk, "bot": handed.bot.name, "status": handed.status, "error": handed.error}
+            for handed in (turn.handoffs.select_related("bot").order_by("id") if turn is not None else [])
+        ],
     }

@@ -81,6 +81,7 @@ def test_b1_a_planner_answer_that_mentions_the_coder_gets_the_coders_answer_in_t
     assert wake_explain_data(turn_id=handed.pk)["chain"][0]["turn_id"] == asking.pk
     page = admin_client.get(reverse("admin:feishu_turn_explain", args=[handed.pk])).content.decode()
     assert f"asked by Planner in turn {asking.pk}" in page and 'id="explain-chain"' in page
+    assert wake_explain_data(turn_id=asking.pk)["handed_to"][0]["turn_id"] == handed.pk  # on both turns
     # when: Feishu also pushes the Planner's message to the Coder's app (same message_id)
     pushed = message_event_payload(
         verification_token=coder.feishu_verification_token, app_id=coder.feishu_app_id,
