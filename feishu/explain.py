@@ -8,7 +8,8 @@ bridge because it needs every app; probe and threadcontext stay ignorant of each
 from typing import Any
 
 from agents.models import Turn
-from feishu.models import DiscussWake, OutboundDelivery
+from feishu.channel.brake import turn_chain
+from feishu.models import AnswerCandidate, Arbitration, DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import ThreadContextDecision
@@ -77,6 +78,28 @@ def _delivery(turn: Turn | None) -> list[dict[str, Any]]:
     ]
 
 
+def _arbitration(*, wake: DiscussWake | None, turn: Turn | None) -> dict[str, Any] | None:
+    """B3: the pick of one answer this wake (or turn) took part in: who was picked, why, and this one's outcome."""
+    candidacy = (
+        AnswerCandidate.objects.select_related("arbitration__winner_bot").filter(wake=wake).first() if wake else None
+    )
+    arbitration = candidacy.arbitration if candidacy is not None else None
+    if arbitration is None and turn is not None:
+        arbitration = Arbitration.objects.select_related("winner_bot").filter(winner_turn=turn).first()
+    if arbitration is None:
+        return None
+    return {
+        "id": arbitration.pk,
+        "message_id": arbitration.message_id,
+        "winner": arbitration.winner_bot.name if arbitration.winner_bot is not None else "",
+        "winner_turn_id": arbitration.winner_turn_id,
+        "rule": arbitration.rule,
+        "reason": arbitration.reason,
+        "candidates": list(arbitration.candidates),
+        "outcome": candidacy.outcome if candidacy is not None else AnswerCandidate.Outcome.PICKED,
+    }
+
+
 def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None) -> dict[str, Any]:
     """Everything about one wake (and the turn it started), or about one turn (and the wake behind it, if any)."""
     wake = None
@@ -135,4 +158,12 @@ def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None)
         },
         "context": _context(turn),
         "delivery": _delivery(turn),
+        "arbitration": _arbitration(wake=wake, turn=turn),
+        # B1/B2: the hand-offs that led to this turn, the person's request first ("asked by Planner in turn N").
+        "chain": turn_chain(turn=turn) if turn is not None and turn.asked_by_id else [],
+        # B1, the asking side: the bots this turn's answer handed off to, and their turns.
+        "handed_to": [
+            {"turn_id": handed.pk, "bot": handed.bot.name, "status": handed.status, "error": handed.error}
+            for handed in (turn.handoffs.select_related("bot").order_by("id") if turn is not None else [])
+        ],
     }

@@ -196,3 +196,62 @@ class FeishuCredentialCheck(models.Model):
 
     def __str__(self) -> str:
         return f"{self.bot_id}: {'ok' if self.ok else 'refused'} at {self.checked_at:%Y-%m-%d %H:%M:%S}"
+
+
+class AnswerCandidate(models.Model):
+    """B3: a discuss bot whose judge said send for one message, in a chat whose policy is one answer per message.
+
+    It waits here until no other bot of the chat is still judging that message; then one worker makes the pick
+    (`Arbitration`, unique per message) and every candidate's outcome says picked or arbitrated.
+    """
+
+    class Outcome(models.TextChoices):
+        WAITING = "waiting", "Waiting for the pick"
+        PICKED = "picked", "Picked"
+        ARBITRATED = "arbitrated", "Arbitrated (another bot answers)"
+
+    bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="answer_candidacies")
+    wake = models.ForeignKey(DiscussWake, on_delete=models.CASCADE, related_name="candidacies")
+    chat_id = models.CharField(max_length=64)
+    root_msg_id = models.CharField(max_length=64)
+    message_id = models.CharField(max_length=64, help_text="The message the bot would answer.")
+    # The judge's row (probe never imports the bridge and the row outlives nothing here: a plain id).
+    judgement_id = models.BigIntegerField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.WAITING)
+    arbitration = models.ForeignKey(
+        "Arbitration", null=True, blank=True, on_delete=models.SET_NULL, related_name="candidacies"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["bot", "chat_id", "message_id"], name="answercandidate_unique_bot_message"),
+        ]
+        indexes = [models.Index(fields=["chat_id", "root_msg_id", "outcome"], name="answercandidate_waiting")]
+
+    def __str__(self) -> str:
+        return f"candidate {self.bot_id} for {self.message_id} ({self.outcome})"
+
+
+class Arbitration(models.Model):
+    """B3: the one recorded pick of the bot that answers a message; unique per (chat, message), so of two workers
+    deciding at once exactly one writes it, whatever the timing."""
+
+    chat_id = models.CharField(max_length=64)
+    root_msg_id = models.CharField(max_length=64)
+    message_id = models.CharField(max_length=64)
+    winner_bot = models.ForeignKey("agents.Bot", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    winner_turn = models.ForeignKey("agents.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    rule = models.CharField(max_length=32, help_text="Which step of the rule decided.")
+    reason = models.TextField(blank=True)
+    candidates = models.JSONField(default=list, help_text="Every candidate as the rule saw it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["chat_id", "message_id"], name="arbitration_unique_chat_message"),
+        ]
+
+    def __str__(self) -> str:
+        return f"arbitration {self.chat_id}/{self.message_id}"

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from feishu.models import DiscussWake, InboundEvent, SandboxCall
+from feishu.models import Arbitration, DiscussWake, InboundEvent, SandboxCall
 
 FINISHED_INBOUND_STATUSES = (InboundEvent.Status.DONE, InboundEvent.Status.IGNORED, InboundEvent.Status.FAILED)
 FINISHED_WAKE_STATUSES = (DiscussWake.Status.DONE, DiscussWake.Status.FAILED)
@@ -26,6 +26,13 @@ def bridge_records_prune(*, now: datetime | None = None) -> dict[str, int]:
     cutoff = now - timedelta(days=settings.AMUX_CONTEXT_RETENTION_DAYS)
     events, _ = InboundEvent.objects.filter(received_at__lt=cutoff, status__in=FINISHED_INBOUND_STATUSES).delete()
     wakes, _ = DiscussWake.objects.filter(updated_at__lt=cutoff, status__in=FINISHED_WAKE_STATUSES).delete()
+    # B3's picks go with the wakes they decided (their candidates went with their wakes, by cascade).
+    arbitrations, _ = Arbitration.objects.filter(created_at__lt=cutoff).delete()
     sandbox_cutoff = now - timedelta(days=settings.AMUX_SANDBOX_CALL_RETENTION_DAYS)
     sandbox_calls, _ = SandboxCall.objects.filter(created_at__lt=sandbox_cutoff).delete()
-    return {"inbound_events": events, "discuss_wakes": wakes, "sandbox_calls": sandbox_calls}
+    return {
+        "inbound_events": events,
+        "discuss_wakes": wakes,
+        "arbitrations": arbitrations,
+        "sandbox_calls": sandbox_calls,
+    }

@@ -156,6 +156,8 @@ class WorkspaceAdmin(admin.ModelAdmin):
         "chat_id",
         "mode",
         "reply_mode",
+        "bot_chain_limit",
+        "discuss_answers",
         "chat_mode",
         "thread_context_limit",
         "session_scope",
@@ -179,6 +181,8 @@ class WorkspaceAdmin(admin.ModelAdmin):
         ),
         (_("Reply policy"), {"fields": ["reply_mode", "respond_to_at_all", "allowed_open_ids"]}),
         (_("Chat commands"), {"fields": ["command_open_ids", "time_zone"]}),
+        # B2/B3: the chat's rules for its bots together (the strictest of the chat's workspaces applies).
+        (_("Bots together"), {"fields": ["bot_chain_limit", "discuss_answers"]}),
         (_("Sessions and context"), {"fields": ["session_scope", "topic_root_enabled", "shared_thread_enabled"]}),
         (
             _("From Feishu"),

@@ -50,6 +50,17 @@ class Workspace(models.Model):
     # G5 / issue 12 item 4: this group's reply policy, on top of the bot's.
     reply_mode = models.CharField(max_length=16, choices=ReplyMode.choices, default=ReplyMode.INHERIT, blank=True)
     respond_to_at_all = models.BooleanField(default=False, help_text="An @all counts as an @ of this bot.")
+    # B2: consecutive bot-triggered turns (hand-offs) per Feishu thread before the hub pauses them; 0: no hand-offs.
+    bot_chain_limit = models.PositiveSmallIntegerField(
+        default=6, help_text="Bot-to-bot replies in a row before the bots pause; 0 turns hand-offs off."
+    )
+
+    class DiscussAnswers(models.TextChoices):
+        ONE = "one", "One bot answers"
+        EACH = "each", "Each activated bot answers"
+
+    # B3: when one un-addressed message activates several discuss bots of this chat.
+    discuss_answers = models.CharField(max_length=8, choices=DiscussAnswers.choices, default=DiscussAnswers.ONE)
     allowed_open_ids = models.JSONField(
         default=list,
         blank=True,

@@ -333,6 +333,7 @@ class Turn(models.Model):
         DISCUSS = "discuss", "Discuss wake"
         REST = "rest", "REST"
         AUTOMATION = "automation", "Automation"
+        HANDOFF = "handoff", "Hand-off from another bot"
 
     class Status(models.TextChoices):
         # L1: queued -> running -> replied -> delivered | delivery_failed | failed (+ skipped). "Delivered" means a
@@ -379,6 +380,10 @@ class Turn(models.Model):
     delivery_attempts = models.PositiveSmallIntegerField(default=0)
     # What the channel noted when it prepared the turn, for its delivery (Feishu: whether the topic root went in).
     channel_state = models.JSONField(default=dict, blank=True)
+    # B1: the turn of the bot whose reply @-mentioned this turn's bot (a hand-off); null for a person's request.
+    asked_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="handoffs")
+    # B2: consecutive bot-triggered turns in this Feishu thread up to and including this one (0: a person asked).
+    chain_length = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         constraints = [

@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 
 from agents.models import Turn
 from console.models import PlaygroundGroup, PlaygroundMember, PlaygroundMessage
-from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
+from feishu.models import Arbitration, DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 
 MAX_MESSAGES = 200
@@ -155,11 +155,42 @@ def playground_state_get(*, group: PlaygroundGroup) -> dict[str, Any]:
     sandbox_ids = [member.sandbox_bot_id for member in members if member.sandbox_bot_id]
     rows = _rows(sandbox_ids=sandbox_ids, chat_id=group.chat_id, message_ids=[m.message_id for m in messages])
     names = {member.bot_id: member.bot.name for member in members}
+    together = _together(
+        sandbox_names={m.sandbox_bot_id: m.bot.name for m in members if m.sandbox_bot_id},
+        chat_id=group.chat_id,
+        message_ids=[m.message_id for m in messages],
+        turn_ids=[turn.pk for turn in rows.turns.values()],
+    )
     return {
         "group": {"id": group.pk, "name": group.name, "kind": group.kind, "chat_id": group.chat_id},
         "bots": [_member_data(member) for member in members],
-        "messages": [_message_data(message, members=members, rows=rows, names=names) for message in messages],
+        "messages": [
+            {
+                **_message_data(message, members=members, rows=rows, names=names),
+                "arbitration": together["arbitrations"].get(message.message_id),
+            }
+            for message in messages
+        ],
+        "handoffs": together["handoffs"],
     }
+
+
+def _together(*, sandbox_names: dict[int, str], chat_id: str, message_ids: list[str], turn_ids: list[int]) -> dict:
+    """B1/B3 beside the messages: who each answer handed off to (turn by turn), and which bot a pick chose and why."""
+    arbitrations = {
+        row.message_id: {"winner": sandbox_names.get(row.winner_bot_id or 0, ""), "reason": row.reason}
+        for row in Arbitration.objects.filter(chat_id=chat_id, message_id__in=message_ids)
+    }
+    handoffs: dict[str, list[str]] = {}
+    asked = list(Turn.objects.filter(asked_by_id__in=turn_ids).order_by("id")) if turn_ids else []
+    for _depth in range(50):  # follow the chain (a hand-off's own hand-offs), as far as any brake allows
+        if not asked:
+            break
+        for turn in asked:
+            name = sandbox_names.get(turn.bot_id, "")
+            handoffs.setdefault(str(turn.asked_by_id), []).append(f"{name} (turn {turn.pk}, {turn.status})")
+        asked = list(Turn.objects.filter(asked_by_id__in=[turn.pk for turn in asked]).order_by("id"))
+    return {"arbitrations": arbitrations, "handoffs": handoffs}
 
 
 def _member_data(member: PlaygroundMember) -> dict[str, Any]:

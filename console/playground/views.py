@@ -27,6 +27,9 @@ def page_labels() -> dict[str, str]:
         "sending": _("Sending…"),
         "sent": _("Sent."),
         "offline": _("The hub did not answer; retrying."),
+        "handoff": _("Hand-off"),
+        "arbitration": _("Arbitration"),
+        "picked": _("picked"),
     }
 
 

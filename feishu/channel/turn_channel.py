@@ -47,6 +47,7 @@ from core.redaction import redact
 from core.tasks_enqueue import task_enqueue
 from core.text import TranslatableText
 from feishu.channel.attachments import turn_attachments_fetch
+from feishu.channel.handoff import UNSENT_REPLY_PREFIX, chat_handoff_targets, handoff_text_render, handoffs_dispatch
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
 from feishu.inbound.messages import (
@@ -243,9 +244,13 @@ class FeishuChannel(TurnChannel):
         if parsed is None:
             raise DeliveryPermanent("The Feishu message of this turn is no longer stored.")
         state = stream_state_get(turn=turn)
+        # B1: the other hub bots the answer @-mentions get a real mention and, once it is sent, a turn.
+        targets = chat_handoff_targets(turn=turn, parsed=parsed, text=reply.content)
         if state.card_id or state.is_fallback:
             # A card was started while the model streamed (or Feishu refused it): finish it with the whole reply.
             message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=parsed, text=reply.content))
+            if targets:  # an @ added by a card update notifies nobody: one line that carries the real mentions
+                self._mentions_send(turn=turn, parsed=parsed, targets=targets)
         else:
             rows = deliveries_prepare(
                 outgoing=OutgoingText(
@@ -254,18 +259,19 @@ class FeishuChannel(TurnChannel):
                     chat_id=parsed.chat_id,
                     reply_to_message_id=parsed.message_id,
                     reply_in_thread=parsed.is_in_topic,
-                    text=reply.content,
+                    text=handoff_text_render(text=reply.content, targets=targets, reply_format=_reply_format(bot)),
                     source_message_id=turn.source_message_id,
                     reply_format=_reply_format(bot),
                 )
             )
             message_ids = [row.feishu_message_id for row in _send(rows=rows)]
+        first_message_id = next((message_id for message_id in message_ids if message_id), "")
         thread_event_record_agent_output(
             bridge_id=bot.bridge_id,
             bot_profile=bot.slug,
             chat_id=parsed.chat_id,
             root_msg_id=parsed.root_msg_id,
-            message_id=next((message_id for message_id in message_ids if message_id), f"amux-turn-{turn.pk}"),
+            message_id=first_message_id or f"{UNSENT_REPLY_PREFIX}{turn.pk}",
             text=reply.content,
             thread_id=parsed.thread_id,
             chat_type=parsed.chat_type,
@@ -277,6 +283,27 @@ class FeishuChannel(TurnChannel):
             session_binding_mark_topic_root_delivered(binding_id=binding_id)
         receipt_remove(turn=turn, parsed=parsed)
         context_summary_enqueue(turn=turn)
+        if targets:  # a bot without Feishu credentials (F5) records its reply: its hand-off keys on the turn
+            handoffs_dispatch(
+                turn=turn,
+                parsed=parsed,
+                message_id=first_message_id or f"{UNSENT_REPLY_PREFIX}{turn.pk}",
+                text=reply.content,
+                targets=targets,
+            )
+
+    @staticmethod
+    def _mentions_send(*, turn: Turn, parsed: ParsedMessage, targets: list[Bot]) -> None:
+        tags = " ".join(f'<at user_id="{t.feishu_bot_open_id}">{t.name}</at>' for t in targets if t.feishu_bot_open_id)
+        if tags:
+            feishu_notice_send(
+                bot=turn.bot,
+                chat_id=parsed.chat_id,
+                reply_to_message_id=parsed.message_id,
+                reply_in_thread=parsed.is_in_topic,
+                text=tags,
+                purpose="handoff_mentions",
+            )
 
     def failed(self, *, turn: Turn, status: str) -> None:
         parsed = source_parsed(turn=turn)

@@ -16,13 +16,10 @@ from django.utils import timezone
 
 from agents.llm.base import ChatMessage
 from agents.models import Bot, Thread, Turn
-from feishu.channel.turn_channel import feishu_turn_start
+from feishu.discuss.arbitration import arbitration_applies, candidacies_settle, candidacy_enter, wake_turn_start
 from feishu.discuss.wake import MAX_ATTEMPTS, discuss_wake_end, discuss_wake_fire_enqueue, discuss_wakes_claimable
-from feishu.inbound.messages import inbound_message_build
-from feishu.inbound.parsing import message_parse
-from feishu.models import DiscussWake, InboundEvent
+from feishu.models import DiscussWake
 from probe.models import ProbeJudgement
-from probe.prompts import activation_contract
 from probe.selectors import gate_config_get
 from probe.services import GateResult, probe_gate_run
 from threadcontext.models import SessionBinding, ThreadEvent
@@ -45,6 +42,7 @@ FIRE_RETRY = "retry_scheduled"
 FIRE_FAILED = "failed"
 FIRE_STARTED = "turn_started"
 FIRE_NO_SOURCE = "no_source_message"
+FIRE_CANDIDATE = "candidate"  # B3: judged send; the pick of one answer is made by whoever sees the last judge
 FIRE_ABSORBED = "absorbed"  # an @ or reply to the bot answered the timeline while the judge ran (G4)
 
 
@@ -76,6 +74,9 @@ def discuss_transcript_build(
     columns = ("bridge_id", "event_type", "actor_id", "bot_profile", "session_name", "metadata", "text")
     rows = list(events.order_by("-id").values(*columns)[:limit])
     rows.reverse()
+    # B5: another hub bot's reply is labelled with that bot's display name, so the judge sees who answered what.
+    other_bots = {row["bot_profile"] for row in rows if row["event_type"] == ThreadEvent.EventType.AGENT_OUTPUT}
+    names = dict(Bot.objects.filter(slug__in=other_bots - {bot.slug}).values_list("slug", "name")) if other_bots else {}
     transcript = []
     for row in rows:
         if row["event_type"] == ThreadEvent.EventType.AGENT_OUTPUT:
@@ -83,6 +84,8 @@ def discuss_transcript_build(
                 transcript.append(ChatMessage(role="assistant", content=row["text"]))
                 continue
             label = f"{row['bot_profile']}/{row['session_name']}" if row["session_name"] else row["bot_profile"]
+            if row["bot_profile"] in names:
+                label = f"{names[row['bot_profile']]} (bot)"
         else:
             metadata = row["metadata"] if isinstance(row["metadata"], dict) else {}
             label = metadata.get("sender_name") or row["actor_id"]
@@ -96,15 +99,10 @@ def discuss_activation_start(*, bot: Bot, wake: DiscussWake, gate: GateResult) -
     """The hand-off to the bridge's turn (P9): one turn for the wake's newest message, with the contract.
 
     Activated by the judge: the activation contract (the judge's reason as advisory notes) is the last user
-    message of the primary. No gate at all (gate_ran False): the turn runs as it would without the feature.
+    message of the primary, rebuilt from the judgement the fire links to the turn. No gate at all (gate_ran
+    False): the turn runs as it would without the feature.
     """
-    event = InboundEvent.objects.filter(bot=bot, message_id=wake.last_message_id).first()
-    parsed = message_parse(event.payload) if event is not None else None
-    if parsed is None:
-        return None
-    message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
-    contract = activation_contract(reason=gate.reason) if gate.activated else ""
-    return feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DISCUSS, activation_contract=contract)
+    return wake_turn_start(bot=bot, wake=wake)
 
 
 def _claim(*, wake_id: int, now: datetime) -> bool:
@@ -159,11 +157,20 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
     if not gate.proceeds:
         if gate.retryable:  # the provider fault persisted through every attempt: failed closed, and visible
             discuss_wake_end(wake=wake, status=DiscussWake.Status.FAILED, error=gate.judgement.error)
+            candidacies_settle(chat_id=wake.chat_id, root_msg_id=wake.root_msg_id)  # B3: others may wait for it
             return FIRE_FAILED
         discuss_wake_end(
             wake=wake, status=DiscussWake.Status.DONE, error="" if gate.outcome == "no_action" else gate.cause
         )
+        candidacies_settle(chat_id=wake.chat_id, root_msg_id=wake.root_msg_id)  # B3: this judge may be the last
         return FIRE_DECLINED
+    if arbitration_applies(chat_id=wake.chat_id):
+        # B3: one answer per message: the bot is a candidate; whoever sees the last judge finish makes the pick.
+        if not candidacy_enter(wake=wake, judgement=gate.judgement):
+            return FIRE_ABSORBED
+        picks = candidacies_settle(chat_id=wake.chat_id, root_msg_id=wake.root_msg_id)
+        # This fire made the pick (and started the winner's turn, maybe another bot's), or left it to a later one.
+        return FIRE_STARTED if any(pick.winner_turn_id for pick in picks) else FIRE_CANDIDATE
     with transaction.atomic():
         # An @ or reply answered this timeline while the judge ran (G4): that turn is the one answer.
         if not DiscussWake.objects.select_for_update().filter(pk=wake.pk, status=DiscussWake.Status.RUNNING).exists():

@@ -12,6 +12,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from core.tasks_enqueue import task_enqueue
+from feishu.discuss.arbitration import candidacies_settle_stale
 from feishu.discuss.wake import discuss_wakes_claimable
 from feishu.models import DiscussWake
 from feishu.tasks import discuss_wake_fire_task
@@ -30,6 +31,7 @@ def discuss_wakes_sweep(*, now: datetime | None = None) -> list[str]:
     (eager, the test suite) the task runs in place and its outcome is reported; with one, `enqueued`.
     """
     now = now or timezone.now()
+    candidacies_settle_stale(now=now)  # B3: a pick left undone by a worker that died after its candidacy
     not_recently = (
         Q(swept_at__isnull=True)
         | Q(swept_at__lt=F("due_at"))

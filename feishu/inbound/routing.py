@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
+from feishu.channel.brake import handoff_receive
+from feishu.channel.peers import chat_peer_bots, mentioned_peer_bots
 from feishu.channel.turn_channel import feishu_turn_start
 from feishu.commands.dispatch import chat_command_handle
+from feishu.discuss.arbitration import at_all_arbitrate
 from feishu.discuss.wake import discuss_wake_schedule, discuss_wakes_absorb, discuss_wakes_forget_message
 from feishu.inbound.intake import (
     EventFinish,
@@ -59,6 +62,8 @@ ROUTE_REPLY_OFF = "reply_off"  # G5: the group's reply mode is off: recorded, ne
 ROUTE_WORKSPACE_JOINED = "workspace_joined"
 ROUTE_WORKSPACE_RETIRED = "workspace_retired"
 ROUTE_RECALLED = "recalled"
+ROUTE_HANDOFF = "handoff"  # B1: another hub bot's answer @-mentions this bot
+ROUTE_ADDRESSED_ELSEWHERE = "addressed_elsewhere"  # B4: the message @-mentions other hub bots: theirs, no wake here
 IGNORED_UNKNOWN_EVENT = "unknown_event"
 
 # The event types routing handles (the webhook stores exactly these, feishu.inbound.webhook.HANDLED_EVENT_TYPES).
@@ -200,8 +205,12 @@ def _group_message_route(
         workspace, _ = workspace_ensure(bot_profile=bot.slug, chat_id=parsed.chat_id)
     policy = group_policy(bot=bot, workspace=workspace, parsed=parsed)
     if policy.at_all_addresses and not message.is_this_bot_addressed:
-        # respond_to_at_all: an @all is an @ of this bot (recorded as its request, answered as a mention).
-        message = dataclasses.replace(message, is_this_bot_addressed=True)
+        # respond_to_at_all: an @all is an @ of this bot (recorded as its request, answered as a mention), unless
+        # several bots of the chat respond to it and the chat wants one answer (B3): then only the pick's.
+        if at_all_arbitrate(
+            bot=bot, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, message_id=parsed.message_id
+        ):
+            message = dataclasses.replace(message, is_this_bot_addressed=True)
     addressed = message.is_this_bot_addressed
     if command and addressed:
         return _command_handle(bot=bot, parsed=parsed, workspace=workspace)
@@ -209,8 +218,10 @@ def _group_message_route(
     recorded = thread_event_record_inbound(message=message, workspace=workspace, secrets=bot_secrets(bot))
     if parsed.sender_type != "user":
         # Another app's message: recorded per the collector rules (a topic root keeps its actor_type), never a
-        # trigger: bots answering bots is autonomous orchestration, which the seed leaves out.
-        return RouteResult(IGNORED_OTHER_APP)
+        # trigger, except a hub bot's answer that @-mentions this bot: a hand-off (B1), braked (B2).
+        may_answer = addressed and policy.reply_mode != REPLY_OFF  # a group that silenced the bot silences hand-offs
+        turn = handoff_receive(bot=bot, parsed=parsed, message=message) if may_answer else None
+        return RouteResult(ROUTE_HANDOFF, turn) if turn is not None else RouteResult(IGNORED_OTHER_APP)
     if policy.reply_mode == REPLY_OFF:
         return RouteResult(ROUTE_REPLY_OFF)
     if not policy.sender_is_allowed:
@@ -223,6 +234,8 @@ def _group_message_route(
             bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention
         )
     if policy.reply_mode == Bot.GroupReplyMode.DISCUSS and not command and not policy.is_at_all:
+        if parsed.mentions and mentioned_peer_bots(parsed=parsed, peers=chat_peer_bots(chat_id=parsed.chat_id)):
+            return RouteResult(ROUTE_ADDRESSED_ELSEWHERE)  # B4: an @ belongs to the bots it names
         return _discuss_wake_open(bot=bot, parsed=parsed, policy=policy, finish=finish)
     return RouteResult(ROUTE_RECORDED)
 

@@ -51,7 +51,7 @@ def test_f2_finished_records_older_than_the_retention_are_pruned_and_everything_
     # when
     removed = bridge_records_prune.delay().get()
     # then
-    assert removed == {"inbound_events": 2, "discuss_wakes": 1, "sandbox_calls": 0}
+    assert removed == {"inbound_events": 2, "discuss_wakes": 1, "arbitrations": 0, "sandbox_calls": 0}
     remaining = set(InboundEvent.objects.values_list("pk", flat=True))
     assert remaining == {old_pending.pk, past_retry_window.pk}
     assert not remaining & {old_done.pk, old_ignored.pk}
@@ -72,5 +72,5 @@ def test_sandbox_calls_older_than_their_retention_are_pruned_and_newer_ones_kept
     # when
     removed = bridge_records_prune.delay().get()
     # then
-    assert removed == {"inbound_events": 0, "discuss_wakes": 0, "sandbox_calls": 1}
+    assert removed == {"inbound_events": 0, "discuss_wakes": 0, "arbitrations": 0, "sandbox_calls": 1}
     assert list(SandboxCall.objects.values_list("pk", flat=True)) == [recent.pk]

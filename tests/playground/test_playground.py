@@ -300,3 +300,29 @@ def test_a_burst_judged_once_shows_the_verdict_on_its_newest_message_only(
     assert (earlier["gate"]["decision"], earlier["gate"]["reason"]) == ("burst", "")
     assert newest["gate"]["decision"] in ("speak", "silent") and newest["gate"]["reason"]
     assert earlier["gate"]["url"] == newest["gate"]["url"]  # one judgement, linked from both
+
+
+def test_b1_the_playground_shows_a_hand_off_beside_the_message(
+    admin_client, group, hub_bots, feishu_stub, django_capture_on_commit_callbacks
+):
+    # given: both stand-ins heard the group (a bot is a member of a chat once it heard something there)
+    planner, coder = hub_bots
+    post(admin_client, group, django_capture_on_commit_callbacks, sender="Alice", text="hello")
+    # when: the Coder is asked something its (echoing) answer passes on to @Planner
+    post(
+        admin_client,
+        group,
+        django_capture_on_commit_callbacks,
+        sender="Alice",
+        text="tell @Planner",
+        mentions=[coder.pk],
+    )
+    # then: the Coder's answer is shown with its hand-off to the Planner
+    shown = state(admin_client, group)
+    (coder_turn,) = [
+        r["turn"] for m in shown["messages"] for r in m["results"] if r["turn"] and r["bot_id"] == coder.pk
+    ]
+    (handed,) = shown["handoffs"][str(coder_turn["id"])]
+    assert handed.startswith("Planner (turn ")
+    handoff = Turn.objects.get(trigger="handoff")
+    assert (handoff.asked_by_id, handoff.chain_length) == (coder_turn["id"], 1)

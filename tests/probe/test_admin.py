@@ -263,7 +263,7 @@ def test_g5_saving_a_workspace_in_the_admin_drops_its_cached_policy(admin_client
     data = {
         "bot_profile": "planner", "chat_id": "oc_1", "name": "", "mode": "shared", "owner_open_id": "",
         "thread_context_limit": 20, "reply_mode": "off", "allowed_open_ids": '["ou_lead"]',
-        "session_scope": "topic", "topic_root_enabled": "unknown", "shared_thread_enabled": "unknown",
+        "session_scope": "topic", "bot_chain_limit": 6, "discuss_answers": "one", "topic_root_enabled": "unknown", "shared_thread_enabled": "unknown",
     }  # fmt: skip
     response = admin_client.post(reverse("admin:threadcontext_workspace_change", args=[workspace.pk]), data)
     # then
