@@ -126,6 +126,8 @@ from lark_oapi.api.im.v1 import (  # noqa: E402
     Emoji,
     GetChatRequest,
     GetMessageRequest,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
@@ -140,6 +142,10 @@ from lark_oapi.core.model import BaseRequest, Config, RawRequest, RawResponse, R
 from lark_oapi.core.token.auth import verify as request_token_add  # noqa: E402
 from lark_oapi.core.token.manager import TokenManager  # noqa: E402
 from lark_oapi.core.utils.decryptor import AESCipher  # noqa: E402
+from lark_oapi.event.callback.model.p2_card_action_trigger import (  # noqa: E402
+    P2CardActionTrigger,
+    P2CardActionTriggerResponse,
+)
 from lark_oapi.event.custom import CustomizedEvent  # noqa: E402
 from lark_oapi.event.dispatcher_handler import EventDispatcherHandler  # noqa: E402
 
@@ -193,6 +199,10 @@ __all__ = [
     "LocalCache",
     "LogLevel",
     "ObtainAccessTokenException",
+    "P2CardActionTrigger",
+    "P2CardActionTriggerResponse",
+    "PatchMessageRequest",
+    "PatchMessageRequestBody",
     "RawRequest",
     "RawResponse",
     "ReplyMessageRequest",

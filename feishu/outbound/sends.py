@@ -23,6 +23,8 @@ from feishu.outbound.sdk import (
     CreateMessageRequestBody,
     DeleteMessageReactionRequest,
     Emoji,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
@@ -93,6 +95,17 @@ def message_create_content(
         budget=budget,
     )
     return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
+
+
+def message_card_patch(
+    *, bot: Bot, message_id: str, card: dict[str, Any], sleep: Callable[[float], None] | None = None
+) -> None:
+    """Replace a sent card message's content (`im.v1.message.patch`): the approval card shows its decision."""
+    body = PatchMessageRequestBody.builder().content(json.dumps(card, ensure_ascii=False)).build()
+    request = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
+    feishu_client.feishu_call(
+        bot=bot, operation="message.patch", call=lambda client: client.im.v1.message.patch(request), sleep=sleep
+    )
 
 
 def message_reply(

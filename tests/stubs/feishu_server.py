@@ -89,6 +89,8 @@ def route_of(method: str, path: str) -> str:
         return "reply"
     if path.startswith(MESSAGES_PATH + "/") and method == "GET":
         return "get"
+    if path.startswith(MESSAGES_PATH + "/") and path.count("/") == MESSAGES_PATH.count("/") + 1 and method == "PATCH":
+        return "message_patch"  # issue 26: an approval card shows its decision
     if path.startswith(CHATS_PATH + "/") and method == "GET":
         return "chat_get"
     return "unknown"
@@ -295,6 +297,8 @@ class FeishuStub:
             return self._reaction_create(request, app_id)
         if route == "reaction_delete":
             return self._reaction_delete(request)
+        if route == "message_patch":
+            return self._message_patch(request)
         if route == "resource":
             return self._resource(request)
         return 404, {"code": 404, "msg": "no such route in the stub"}, {}
@@ -509,6 +513,23 @@ class FeishuStub:
             self._uuids[uuid] = data
         self.sent.append({"route": route, "app_id": app_id, "message_id": message_id, **body, "parent_id": parent_id})
         return 200, {"code": 0, "msg": "success", "data": data}, {}
+
+    # --- issue 26: im/v1/messages/:id PATCH (a sent card's content replaced) ---------------------------------
+    def _message_patch(self, request: RecordedRequest) -> tuple[int, dict[str, Any], dict[str, str]]:
+        message_id = unquote(request.path.split("/")[-1])
+        message = self.messages.get(message_id)
+        if message is None or message.get("msg_type") != "interactive":
+            return 400, {"code": 230001, "msg": "message not found or not a card"}, {}
+        content = (request.body or {}).get("content", "") if isinstance(request.body, dict) else ""
+        try:
+            problem = card_json_problem(json.loads(content))
+        except (TypeError, ValueError):
+            problem = "content is not JSON"
+        if problem:
+            return 400, {"code": 230099, "msg": f"Failed to update card content: {problem}"}, {}
+        message["body"] = {"content": content}
+        message["updated"] = True
+        return 200, {"code": 0, "msg": "success", "data": {}}, {}
 
     def _interactive_problem(self, content: str, message_id: str) -> str:
         try:
