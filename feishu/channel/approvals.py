@@ -108,7 +108,8 @@ def approval_deciders(*, bot: Bot, approval: ToolApproval, chat_id: str) -> set[
     """Who may decide in Feishu: the person whose message started the turn and the chat's owner (the workspace's
     owner_open_id, the person owner_only admission trusts)."""
     deciders = {approval.requested_by} if approval.requested_by else set()
-    owner = workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id).owner_open_id if chat_id else ""
+    workspace = workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id) if chat_id else None
+    owner = workspace.owner_open_id if workspace is not None else ""  # a DM or a chat without a workspace: none
     return deciders | ({owner} if owner else set())
 
 
