@@ -42,6 +42,7 @@ EVENT_SCOPES: dict[str, tuple[str, ...]] = {
     "im.message.recalled_v1": ("im:message",),
     "im.chat.member.bot.added_v1": ("im:chat:readonly",),
     "im.chat.member.bot.deleted_v1": ("im:chat:readonly",),
+    "card.action.trigger": (),  # issue 26: a callback (Callback configuration), no scope of its own
 }
 
 REGISTER_PREFIX = "register_p"
@@ -128,7 +129,7 @@ def _bridge_event_types() -> set[str]:
 
 
 def _documented_event_names(text: str) -> set[str]:
-    names = set(re.findall(r"`([a-z0-9_.]+_v\d+)`", text))
+    names = set(re.findall(r"`([a-z0-9_.]+_v\d+|card\.action\.trigger)`", text))
     return names | {name.replace(".", "_") for name in names}
 
 

@@ -10,8 +10,8 @@ from rest_framework.views import APIView
 from agents.apis.threads import ERROR_RESPONSE, MessageOutputSerializer
 from agents.models import Bot, Thread, ToolApprovalDecision, Turn
 from agents.selectors import thread_get, turn_get
-from agents.services.approvals import approval_decide, approval_pending_for, approval_summary
 from agents.services.turns import REST_MESSAGE_MAX_CHARS, rest_message_post
+from agents.services.turns.approvals import approval_decide, approval_pending_for, approval_summary
 from core.exceptions import ConflictError
 
 # The schema says what trim_whitespace + allow_blank=False enforce: at least one character that is not blank.

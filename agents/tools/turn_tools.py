@@ -37,7 +37,7 @@ from agents.mcp.output import tool_output_text
 from agents.mcp.services import bot_call_timeout_seconds, mcp_server_config, mcp_servers_enabled
 from agents.models import Bot, McpServer, Provider, Turn, TurnToolCall
 from agents.secrets import hub_secrets, turn_redactions_add
-from agents.services.approvals import approval_gate, approval_pending_step
+from agents.services.turns.approvals import approval_gate, approval_pending_step
 from agents.services.turns.assembly import DEFAULT_CONTEXT_WINDOW_TOKENS
 from agents.tools.budget import budget_within_soft_limit, task_soft_limit_seconds
 from agents.tools.loop import LoopTool, Status, ToolCallRecord, ToolLimits, model_call, tool_loop_run

@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy
 
 from agents.models import Bot, ToolApproval, ToolApprovalDecision, Turn
 from agents.secrets import hub_secrets
-from agents.services.approvals import approval_decide, arguments_shown, decision_of
+from agents.services.turns.approvals import approval_decide, arguments_shown, decision_of
 from feishu.channel.sources import source_parsed
 from feishu.outbound import sends as feishu_sends  # the module: lazy (lark-oapi loads on first use)
 from feishu.outbound.budget import SendBudget
@@ -35,7 +35,7 @@ BUTTONS = (
     (Outcome.ALLOW_CONVERSATION, gettext_lazy("Allow in this conversation"), "default"),
     (Outcome.DENY, gettext_lazy("Deny"), "danger"),
 )
-OUTCOME_TEXT = {
+OUTCOME_TEXT: dict[str, Any] = {
     Outcome.ALLOW_ONCE: gettext_lazy("Allowed once"),
     Outcome.ALLOW_CONVERSATION: gettext_lazy("Allowed in this conversation"),
     Outcome.DENY: gettext_lazy("Denied"),

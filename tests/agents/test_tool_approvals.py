@@ -18,8 +18,8 @@ from rest_framework.authtoken.models import Token
 
 from agents.mcp.client import mcp_connections_close_all
 from agents.models import McpServer, ToolApproval, ToolApprovalDecision, Turn, TurnToolCall
-from agents.services.approvals import DENIED_TEXT, TIMED_OUT_TEXT, arguments_shown
 from agents.services.turns import turns_sweep
+from agents.services.turns.approvals import DENIED_TEXT, TIMED_OUT_TEXT, arguments_shown
 from tests.agents.factories import ThreadFactory, UserFactory
 from tests.agents.test_tool_turns import rest_say, rest_setup
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
@@ -238,3 +238,43 @@ def test_h1_only_the_bots_owner_or_staff_may_decide_and_bad_input_is_a_4xx(llm_s
 def test_h1_arguments_shown_redact_secrets_and_cut_long_values():
     shown = arguments_shown({"token": "abc-secret-123", "body": "z" * 5000, "n": 3}, secrets=("abc-secret-123",))
     assert "abc-secret-123" not in shown and "z" * 300 not in shown and '"n": 3' in shown
+
+
+def test_h1_the_admin_lists_pending_approvals_and_the_turn_page_shows_each_decision(
+    llm_stub, mcp_url, admin_client, counter_file
+):
+    client, bot, thread = rest_setup(llm_stub)
+    gated_server(bot, mcp_url)
+    llm_stub.enqueue("openai_chat", call(("ops__counter", {})), answer("ok"))
+    turn = rest_say(client, thread, "count")
+    approval = ToolApproval.objects.get(turn_id=turn["id"])
+
+    pending = admin_client.get("/admin/agents/toolapproval/?decided=no")
+    assert pending.status_code == 200 and b"counter" in pending.content and b"pending until" in pending.content
+
+    decide(client, turn["id"], "allow_once")
+    assert b"pending until" not in admin_client.get("/admin/agents/toolapproval/?decided=no").content
+    page = admin_client.get(f"/admin/agents/turn/{turn['id']}/change/")
+    assert page.status_code == 200 and b"Allowed once \xc2\xb7 owner" in page.content
+    assert admin_client.get(f"/admin/agents/toolapproval/{approval.pk}/change/").status_code == 200
+
+
+def test_h1_the_server_form_refuses_approval_for_a_tool_off_the_allowlist():
+    from agents.admin.mcp import McpServerForm
+    from tests.agents.factories import BotFactory
+
+    form = McpServerForm(
+        data={
+            "bot": BotFactory().pk,
+            "name": "ops",
+            "transport": "streamable_http",
+            "url": "https://mcp.example.com/mcp",
+            "allowed_tools": '["echo"]',
+            "approval_tools": '["deploy"]',
+            "args": "[]",
+            "on_failure": "continue",
+            "is_enabled": "on",
+        }
+    )
+    assert not form.is_valid()
+    assert "Not on the allowlist: deploy" in str(form.errors["approval_tools"])

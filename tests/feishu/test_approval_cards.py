@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import TestCase
 
 from agents.models import McpServer, ToolApproval, ToolApprovalDecision, Turn, TurnToolCall
-from agents.services.approvals import approval_decide
+from agents.services.turns.approvals import approval_decide
 from feishu.channel.approvals import VALUE_KEY
 from tests.agents.test_tool_approvals import _fresh, counter_file, mcp_url, runs  # noqa: F401 - fixtures
 from tests.agents.test_tool_turns import tool_model

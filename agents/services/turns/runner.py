@@ -40,8 +40,8 @@ from agents.llm.base import (
 )
 from agents.llm.registry import llm_client_for, request_as_sent
 from agents.models import LLMModel, Turn
-from agents.services.approvals import approval_requested
 from agents.services.turns import ledger
+from agents.services.turns.approvals import approval_requested
 from agents.services.turns.assembly import PrimaryInput, context_messages_upper_bound, primary_input_build
 from agents.services.turns.channels import (
     DeliveryPermanent,
