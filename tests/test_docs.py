@@ -30,6 +30,8 @@ API_FAMILY_SCOPES: dict[str, tuple[str, ...]] = {
     "cardkit.v1.card": ("cardkit:card:write",),  # the streaming card: create, settings
     "cardkit.v1.card_element": ("cardkit:card:write",),  # ... and its content updates
     "bot.v3.info": (),  # the bot's own open_id
+    "docx.v1.document": ("docx:document:readonly",),  # issue 26: a linked document's text
+    "wiki.v2.space": ("wiki:wiki:readonly",),  # ... and what a linked wiki page is
 }
 # The scopes an event needs before Feishu pushes it. A message reaches the bot in a DM, when it is @-mentioned in
 # a group, and (discuss mode) for every group message: three scopes, one per case.

@@ -116,6 +116,8 @@ from lark_oapi.api.cardkit.v1 import (  # noqa: E402
     SettingsCardRequest,
     SettingsCardRequestBody,
 )
+from lark_oapi.api.docx.service import DocxService  # noqa: E402
+from lark_oapi.api.docx.v1 import RawContentDocumentRequest  # noqa: E402
 from lark_oapi.api.im.service import ImService  # noqa: E402
 from lark_oapi.api.im.v1 import (  # noqa: E402
     CreateMessageReactionRequest,
@@ -131,6 +133,8 @@ from lark_oapi.api.im.v1 import (  # noqa: E402
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
+from lark_oapi.api.wiki.service import WikiService  # noqa: E402
+from lark_oapi.api.wiki.v2 import GetNodeSpaceRequest  # noqa: E402
 from lark_oapi.channel.types import InteractiveContent  # noqa: E402
 from lark_oapi.core.cache import LocalCache  # noqa: E402
 from lark_oapi.core.enum import AccessTokenType, HttpMethod, LogLevel  # noqa: E402
@@ -188,9 +192,11 @@ __all__ = [
     "CreateMessageRequestBody",
     "CustomizedEvent",
     "DeleteMessageReactionRequest",
+    "DocxService",
     "Emoji",
     "EventDispatcherHandler",
     "GetChatRequest",
+    "GetNodeSpaceRequest",
     "GetMessageRequest",
     "HttpMethod",
     "ImService",
@@ -203,6 +209,7 @@ __all__ = [
     "P2CardActionTriggerResponse",
     "PatchMessageRequest",
     "PatchMessageRequestBody",
+    "RawContentDocumentRequest",
     "RawRequest",
     "RawResponse",
     "ReplyMessageRequest",
@@ -212,6 +219,7 @@ __all__ = [
     "SettingsCardRequestBody",
     "TokenManager",
     "Transport",
+    "WikiService",
     "card_converter",
     "domain_is_origin",
     "is_slim_package",

@@ -79,6 +79,10 @@ def route_of(method: str, path: str) -> str:
         return "reaction_create" if method == "POST" else "reaction_delete" if method == "DELETE" else "unknown"
     if path.startswith(MESSAGES_PATH + "/") and "resources" in parts and method == "GET":
         return "resource"
+    if path.startswith("/open-apis/docx/v1/documents/") and path.endswith("/raw_content") and method == "GET":
+        return "doc_raw_content"  # issue 26
+    if path == "/open-apis/wiki/v2/spaces/get_node" and method == "GET":
+        return "wiki_get_node"  # issue 26
     if path == TOKEN_PATH:
         return "token"
     if path == BOT_INFO_PATH:
@@ -119,6 +123,9 @@ class FeishuStub:
         self._chat_sends: dict[str, deque[float]] = {}
         self._app_sends: dict[str, deque[float]] = {}
         self._card_updates: dict[str, deque[float]] = {}
+        # issue 26 (H2): docx documents (id -> text, or None: the app may not read it) and wiki nodes (token -> node)
+        self.documents: dict[str, str | None] = {}
+        self.wiki_nodes: dict[str, dict[str, str]] = {}
 
     # --- test controls -------------------------------------------------------------------------------
     def fail_next(
@@ -299,6 +306,8 @@ class FeishuStub:
             return self._reaction_delete(request)
         if route == "message_patch":
             return self._message_patch(request)
+        if route in ("doc_raw_content", "wiki_get_node"):
+            return self._document_read(request, route)
         if route == "resource":
             return self._resource(request)
         return 404, {"code": 404, "msg": "no such route in the stub"}, {}
@@ -513,6 +522,21 @@ class FeishuStub:
             self._uuids[uuid] = data
         self.sent.append({"route": route, "app_id": app_id, "message_id": message_id, **body, "parent_id": parent_id})
         return 200, {"code": 0, "msg": "success", "data": data}, {}
+
+    # --- issue 26: docx raw_content and wiki get_node (H2) ----------------------------------------------------
+    def _document_read(self, request: RecordedRequest, route: str) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if route == "wiki_get_node":
+            node = self.wiki_nodes.get((request.query.get("token") or [""])[0])
+            if node is None:
+                return 400, {"code": 131005, "msg": "not found"}, {}
+            return 200, {"code": 0, "msg": "success", "data": {"node": node}}, {}
+        document_id = unquote(request.path.split("/")[-2])
+        if document_id not in self.documents:
+            return 400, {"code": 1770002, "msg": "not found"}, {}
+        text = self.documents[document_id]
+        if text is None:
+            return 403, {"code": 1770032, "msg": "forBidden"}, {}
+        return 200, {"code": 0, "msg": "success", "data": {"content": text}}, {}
 
     # --- issue 26: im/v1/messages/:id PATCH (a sent card's content replaced) ---------------------------------
     def _message_patch(self, request: RecordedRequest) -> tuple[int, dict[str, Any], dict[str, str]]:
