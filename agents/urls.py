@@ -1,7 +1,7 @@
 from django.urls import path
 
 from agents.apis.threads import ThreadContextApi, ThreadDetailApi, ThreadHistoryApi, ThreadListCreateApi
-from agents.apis.turns import ThreadMessagePostApi, TurnDetailApi
+from agents.apis.turns import ThreadMessagePostApi, TurnApprovalDecideApi, TurnDetailApi
 
 urlpatterns: list = [
     path("threads/", ThreadListCreateApi.as_view(), name="threads"),
@@ -10,4 +10,5 @@ urlpatterns: list = [
     path("threads/<int:thread_id>/context/", ThreadContextApi.as_view(), name="context"),
     path("threads/<int:thread_id>/messages/", ThreadMessagePostApi.as_view(), name="thread-messages"),
     path("turns/<int:turn_id>/", TurnDetailApi.as_view(), name="turn-detail"),
+    path("turns/<int:turn_id>/approvals/", TurnApprovalDecideApi.as_view(), name="turn-approvals"),
 ]

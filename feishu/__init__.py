@@ -23,6 +23,7 @@ LARK_MODULES = (
     "feishu.outbound.sends",
     "feishu.outbound.cardkit",
     "feishu.outbound.reads",
+    "feishu.outbound.docs",
     "feishu.inbound.webhook",
 )
 

@@ -19,6 +19,8 @@ API_FAMILY_SCOPES: dict[str, tuple[str, ...]] = {
     "cardkit.v1.card": ("cardkit:card:write",),  # the streaming card: create, settings
     "cardkit.v1.card_element": ("cardkit:card:write",),  # ... and its content updates
     "bot.v3.info": (),  # the bot's own open_id
+    "docx.v1.document": ("docx:document:readonly",),  # a linked document's text (H2)
+    "wiki.v2.space": ("wiki:wiki:readonly",),  # ... and which document a linked wiki page is
 }
 # The scopes an event needs before Feishu pushes it. A message reaches the bot in a DM, when it is @-mentioned in
 # a group, and (discuss mode) for every group message: three scopes, one per case.
@@ -31,6 +33,7 @@ EVENT_SCOPES: dict[str, tuple[str, ...]] = {
     "im.message.recalled_v1": ("im:message",),
     "im.chat.member.bot.added_v1": ("im:chat:readonly",),
     "im.chat.member.bot.deleted_v1": ("im:chat:readonly",),
+    "card.action.trigger": (),  # a callback (Callback configuration), no scope of its own: approval buttons (H1)
 }
 
 SCOPE_PURPOSES = {
@@ -42,12 +45,15 @@ SCOPE_PURPOSES = {
     "im:resource": _("images and files of a message"),
     "im:chat:readonly": _("a group's mode, and the bot added to or removed from a group"),
     "cardkit:card:write": _("markdown and streaming cards"),
+    "docx:document:readonly": _("read the Feishu documents linked in a request"),
+    "wiki:wiki:readonly": _("resolve a linked wiki page to its document"),
 }
 EVENT_PURPOSES = {
     "im.message.receive_v1": _("a message in a DM or a group"),
     "im.message.recalled_v1": _("a recalled message leaves thread context"),
     "im.chat.member.bot.added_v1": _("the bot was added to a group"),
     "im.chat.member.bot.deleted_v1": _("the bot was removed from a group"),
+    "card.action.trigger": _("a press on an approval card's button"),
 }
 
 

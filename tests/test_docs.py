@@ -107,7 +107,7 @@ def _bridge_event_types() -> set[str]:
 
 
 def _documented_event_names(text: str) -> set[str]:
-    names = set(re.findall(r"`([a-z0-9_.]+_v\d+)`", text))
+    names = set(re.findall(r"`([a-z0-9_.]+_v\d+|card\.action\.trigger)`", text))
     return names | {name.replace(".", "_") for name in names}
 
 

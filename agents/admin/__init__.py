@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
 from agents import models
-from agents.admin import bots, mcp, providers, threads, tokens, turns  # noqa: F401
+from agents.admin import approvals, bots, mcp, providers, threads, tokens, turns  # noqa: F401
 from core.admin import model_names, model_strings_translate
 
 # The console's name, in the operator's language (the agents admin loads first of the hub's apps).
@@ -22,5 +22,7 @@ for model, singular, plural in [
     (models.Turn, _("turn"), _("turns")),
     (models.Automation, _("automation"), _("automations")),
     (models.McpServer, _("MCP server"), _("MCP servers")),
+    (models.ToolApproval, _("tool approval"), _("tool approvals")),
+    (models.ToolApprovalDecision, _("approval decision"), _("approval decisions")),
 ]:
     model_names(model, singular, plural)

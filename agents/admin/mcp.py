@@ -28,6 +28,8 @@ from agents.models import McpServer
 
 MAX_TIMEOUT_SECONDS = 600.0
 MAX_STEPS = 50
+MAX_APPROVAL_TIMEOUT_SECONDS = 7 * 24 * 3600
+DEFAULT_APPROVAL_TIMEOUT_SECONDS = 600
 
 
 def string_map(raw: str, *, label: str) -> str:
@@ -65,6 +67,12 @@ class McpServerForm(SecretFieldsForm):
     max_steps = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_STEPS, help_text="Empty: the hub's default."
     )
+    approval_timeout_seconds = forms.IntegerField(
+        required=False,
+        min_value=10,
+        max_value=MAX_APPROVAL_TIMEOUT_SECONDS,
+        help_text="Seconds a call waits for a decision; then it counts as denied. Empty: 600.",
+    )
 
     class Meta:
         model = McpServer
@@ -84,6 +92,12 @@ class McpServerForm(SecretFieldsForm):
     def clean_allowed_tools(self) -> list[str]:
         return string_list(self.cleaned_data.get("allowed_tools"), label="The allowed tools")
 
+    def clean_approval_timeout_seconds(self) -> int:
+        return self.cleaned_data.get("approval_timeout_seconds") or DEFAULT_APPROVAL_TIMEOUT_SECONDS
+
+    def clean_approval_tools(self) -> list[str]:
+        return string_list(self.cleaned_data.get("approval_tools"), label="The tools that need approval")
+
     def clean(self) -> dict:
         cleaned = super().clean()
         transport = cleaned.get("transport")
@@ -91,6 +105,10 @@ class McpServerForm(SecretFieldsForm):
             self.add_error("command", "A stdio server needs the command that starts it.")
         if transport == McpServer.Transport.STREAMABLE_HTTP and not cleaned.get("url"):
             self.add_error("url", "A streamable HTTP server needs its URL.")
+        outside = sorted(set(cleaned.get("approval_tools") or ()) - set(cleaned.get("allowed_tools") or ()))
+        if outside:
+            # H1: approval is a condition on an allowed tool; a tool off the allowlist never runs at all.
+            self.add_error("approval_tools", f"Not on the allowlist: {', '.join(outside)}. Allow them first.")
         return cleaned
 
 
@@ -122,6 +140,7 @@ class McpServerAdmin(WriteOnlySecretsAdmin):
         ("stdio", {"fields": ["command", "args", "environment_state", "environment", "environment_clear"]}),
         ("Streamable HTTP", {"fields": ["url", "headers_state", "headers", "headers_clear"]}),
         (_("Limits"), {"fields": ["call_timeout_seconds", "max_steps", "time_budget_seconds"]}),
+        (_("Approvals"), {"fields": ["approval_tools", "approval_timeout_seconds"]}),
         (_("Last test"), {"fields": ["test_state", "last_test_at", "last_test_error", "tools_view"]}),
     ]
     actions = ["test_selected"]

@@ -14,6 +14,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from agents.admin.approvals import ToolApprovalInline
 from agents.admin.tool_calls import TurnToolCallInline
 from agents.models import Automation, Turn
 from agents.services.automations import automation_delete, automation_run_now, automation_save
@@ -68,7 +69,7 @@ class TurnAdmin(AuditAdmin):
         "context_decision_link",
     )
     readonly_fields = fields
-    inlines = [TurnToolCallInline]
+    inlines = [TurnToolCallInline, ToolApprovalInline]
 
     @admin.display(description=_("queued"), ordering="queued_at")
     def queued(self, turn: Turn) -> str:

@@ -1,16 +1,17 @@
 """REST chat: post a message to a thread (202, the turn runs in a worker) and read a turn's status."""
 
 from django.core.validators import RegexValidator
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.apis.threads import ERROR_RESPONSE, MessageOutputSerializer
-from agents.models import Bot, Thread, Turn
+from agents.models import Bot, Thread, ToolApprovalDecision, Turn
 from agents.selectors import thread_get, turn_get
 from agents.services.turns import REST_MESSAGE_MAX_CHARS, rest_message_post
+from agents.services.turns.approvals import approval_decide, approval_pending_for, approval_summary
 from core.exceptions import ConflictError
 
 # The schema says what trim_whitespace + allow_blank=False enforce: at least one character that is not blank.
@@ -37,10 +38,42 @@ class MessagePostOutputSerializer(serializers.Serializer):
     turn_id = serializers.IntegerField()
 
 
+class ApprovalDecisionOutputSerializer(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=ToolApprovalDecision.Outcome.choices)
+    via = serializers.ChoiceField(choices=ToolApprovalDecision.Via.choices)
+    decided_by = serializers.CharField()
+    decided_at = serializers.DateTimeField()
+
+
+class ApprovalOutputSerializer(serializers.Serializer):
+    """A tool call that needs a person's approval (H1); the arguments redacted and cut as the card shows them."""
+
+    id = serializers.IntegerField()
+    server = serializers.CharField()
+    tool = serializers.CharField()
+    arguments = serializers.CharField()
+    requested_by = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+    decision = ApprovalDecisionOutputSerializer(allow_null=True)
+
+
 class TurnOutputSerializer(serializers.ModelSerializer):
     bot: serializers.SlugRelatedField[Bot] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     reply = MessageOutputSerializer(source="reply_message", allow_null=True)
     duration_ms = serializers.IntegerField(allow_null=True)
+    pending_approval = serializers.SerializerMethodField()
+    approvals = serializers.SerializerMethodField()
+
+    @extend_schema_field(ApprovalOutputSerializer(allow_null=True))
+    def get_pending_approval(self, turn: Turn) -> dict | None:
+        if turn.status != Turn.Status.AWAITING_APPROVAL:
+            return None
+        approval = approval_pending_for(turn=turn)
+        return approval_summary(approval) if approval is not None else None
+
+    @extend_schema_field(ApprovalOutputSerializer(many=True))
+    def get_approvals(self, turn: Turn) -> list[dict]:
+        return [approval_summary(a) for a in turn.approvals.select_related("decision").order_by("step", "index")]
 
     class Meta:
         model = Turn
@@ -60,6 +93,8 @@ class TurnOutputSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "duration_ms",
+            "pending_approval",
+            "approvals",
         ]
         read_only_fields = fields
 
@@ -110,3 +145,47 @@ class TurnDetailApi(APIView):
     )
     def get(self, request: Request, turn_id: int) -> Response:
         return Response(TurnOutputSerializer(turn_get(user=request.user, turn_id=turn_id)).data)
+
+
+PERSON_OUTCOMES = [
+    ToolApprovalDecision.Outcome.ALLOW_ONCE,
+    ToolApprovalDecision.Outcome.ALLOW_CONVERSATION,
+    ToolApprovalDecision.Outcome.DENY,
+]
+
+
+class ApprovalDecideInputSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=[(value, value) for value in PERSON_OUTCOMES])
+    approval_id = serializers.IntegerField(required=False, help_text="Default: the call the turn waits on.")
+
+
+class TurnApprovalDecideApi(APIView):
+    """Decide the tool call a turn waits on (H1): the bot's owner or staff (turn_get hides other turns)."""
+
+    @extend_schema(
+        operation_id="turns_approvals_create",
+        summary="Allow once, allow in this conversation, or deny the tool call the turn waits on.",
+        request=ApprovalDecideInputSerializer,
+        responses={200: TurnOutputSerializer, 400: ERROR_RESPONSE, 404: ERROR_RESPONSE, 409: ERROR_RESPONSE},
+    )
+    def post(self, request: Request, turn_id: int) -> Response:
+        turn = turn_get(user=request.user, turn_id=turn_id)
+        serializer = ApprovalDecideInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        wanted = serializer.validated_data.get("approval_id")
+        approvals = turn.approvals.all() if wanted is None else turn.approvals.filter(pk=wanted)
+        approval = approvals.filter(decision__isnull=True).order_by("-step", "-index").first()
+        if approval is None:
+            raise ConflictError("This turn waits on no undecided tool call.", extra={"turn_id": turn.pk})
+        decided = approval_decide(
+            approval=approval,
+            outcome=serializer.validated_data["decision"],
+            via=ToolApprovalDecision.Via.REST,
+            decided_by=request.user.get_username(),
+        )
+        if not decided.won:
+            raise ConflictError(
+                "Someone decided this call first.", extra={"turn_id": turn.pk, "outcome": decided.decision.outcome}
+            )
+        turn.refresh_from_db()
+        return Response(TurnOutputSerializer(turn).data)

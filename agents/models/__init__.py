@@ -11,7 +11,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from agents.models.automations import Automation
-from agents.models.tools import McpServer, TurnToolCall
+from agents.models.tools import McpServer, ToolApproval, ToolApprovalDecision, TurnToolCall
 from core.fields import EncryptedTextField
 
 __all__ = [
@@ -22,6 +22,8 @@ __all__ = [
     "Message",
     "Provider",
     "Thread",
+    "ToolApproval",
+    "ToolApprovalDecision",
     "Turn",
     "TurnToolCall",
     "UserProfile",
@@ -340,6 +342,8 @@ class Turn(models.Model):
         # person can see it: a Feishu reply posted, a REST or automation reply stored (nothing more to deliver).
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running"
+        # H1: paused on a tool call a person must allow; no worker holds it (a decision enqueues it again).
+        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
         REPLIED = "replied", "Replied (not delivered yet)"
         DELIVERED = "delivered", "Delivered"
         DELIVERY_FAILED = "delivery_failed", "Delivery failed"
@@ -351,7 +355,7 @@ class Turn(models.Model):
     trigger = models.CharField(max_length=16, choices=Trigger.choices)
     # The message that caused the turn (Feishu message id, "rest:<message pk>", "automation:<run>").
     source_message_id = models.CharField(max_length=100)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    status = models.CharField(max_length=24, choices=Status.choices, default=Status.QUEUED)
     user_message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     reply_message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # threadcontext refers to bots by plain ids and agents does not import it: a plain id, not a FK.

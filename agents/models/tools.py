@@ -38,6 +38,13 @@ class McpServer(models.Model):
     allowed_tools = models.JSONField(
         default=list, blank=True, help_text="Tool names the bot may call (JSON list); empty: none."
     )
+    # H1: tools of the allowlist that run only once a person allowed the call (a JSON list of tool names).
+    approval_tools = models.JSONField(
+        default=list, blank=True, help_text="Allowed tools that need a person's approval per call (JSON list)."
+    )
+    approval_timeout_seconds = models.PositiveIntegerField(
+        default=600, help_text="Seconds a call waits for a decision; then it counts as denied."
+    )
     is_enabled = models.BooleanField(default=True)
     on_failure = models.CharField(max_length=16, choices=OnFailure.choices, default=OnFailure.CONTINUE)
     # Null: the hub's settings (AMUX_TOOL_*). A turn uses the tightest value among the bot's enabled servers.
@@ -70,6 +77,7 @@ class TurnToolCall(models.Model):
         ERROR = "error", "Error"
         REFUSED = "refused", "Refused (not allowed)"
         TIMEOUT = "timeout", "Timed out"
+        DENIED = "denied", "Denied by a person (not run)"
 
     turn = models.ForeignKey("agents.Turn", on_delete=models.CASCADE, related_name="tool_calls")
     step = models.PositiveSmallIntegerField()
@@ -92,3 +100,64 @@ class TurnToolCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} ({self.status})"
+
+
+class ToolApproval(models.Model):
+    """A call to a tool that needs approval (H1): the turn paused on it (`awaiting_approval`) until a decision.
+
+    One per (turn, step, index), the slot the call has in the tool loop. `step_calls` keeps every call the model
+    asked for in that step, so the resumed run finishes the step where it stopped. `arguments` are redacted.
+    """
+
+    turn = models.ForeignKey("agents.Turn", on_delete=models.CASCADE, related_name="approvals")
+    step = models.PositiveSmallIntegerField()
+    index = models.PositiveSmallIntegerField()
+    call_id = models.CharField(max_length=200, blank=True)
+    server = models.CharField(max_length=32)
+    tool = models.CharField(max_length=200)
+    arguments = models.JSONField(default=dict, blank=True)
+    step_calls = models.JSONField(default=list, blank=True, help_text="The step's calls as the model asked.")
+    requested_by = models.CharField(max_length=200, blank=True, help_text="Who started the turn.")
+    expires_at = models.DateTimeField()
+    card_message_id = models.CharField(max_length=64, blank=True, help_text="The approval card in Feishu.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["turn", "step", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "step", "index"], name="toolapproval_unique_turn_step_index")
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="toolapproval_expires")]
+
+    def __str__(self) -> str:
+        return f"{self.server}__{self.tool} (turn {self.turn_id})"
+
+
+class ToolApprovalDecision(models.Model):
+    """The one decision on a ToolApproval: the one-to-one key is what makes the first decision win (H1)."""
+
+    class Outcome(models.TextChoices):
+        ALLOW_ONCE = "allow_once", "Allowed once"
+        ALLOW_CONVERSATION = "allow_conversation", "Allowed in this conversation"
+        DENY = "deny", "Denied"
+        TIMEOUT = "timeout", "Denied: no decision in time"
+
+    class Via(models.TextChoices):
+        CARD = "card", "Feishu card"
+        REST = "rest", "REST API"
+        SWEEPER = "sweeper", "Timeout (sweeper)"
+
+    approval = models.OneToOneField(ToolApproval, on_delete=models.CASCADE, related_name="decision")
+    outcome = models.CharField(max_length=24, choices=Outcome.choices)
+    via = models.CharField(max_length=16, choices=Via.choices)
+    decided_by = models.CharField(max_length=200, blank=True, help_text="A Feishu open_id or a hub user name.")
+    # The Feishu callback's event id: a replayed press finds it and changes nothing.
+    event_id = models.CharField(max_length=64, blank=True)
+    decided_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.outcome} by {self.decided_by or self.via}"
+
+    @property
+    def allows(self) -> bool:
+        return self.outcome in (self.Outcome.ALLOW_ONCE, self.Outcome.ALLOW_CONVERSATION)

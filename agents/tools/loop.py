@@ -16,10 +16,16 @@ Invariants:
   rebuilt into the conversation from the record, and the loop continues with the next step. A call that was
   in flight when that run died was never recorded, so the model may ask for it again: it can run twice.
   The budget counts the replayed calls' recorded durations.
+- A tool with `requires_approval` runs only when `gate(call, tool, step, index, step_calls)` returns None; a text
+  from the gate is the call's result (a denial, recorded as `denied`, never run); the gate raises
+  `ApprovalPending` to pause the turn (H1): the loop stops there, the calls before it in the step recorded.
+  `pending_step` (step, its calls as the model asked) resumes a paused step: the recorded calls of it are
+  replayed, the others run (through the gate again), and the loop goes on from there.
 - With `on_text`, every model call streams (`client.stream`) and feeds it each delta; `on_tool_step` gets one
   short label per call about to run (never its arguments). Without them the calls are `client.complete`.
 """
 
+import functools
 import json
 import logging
 import time
@@ -33,7 +39,7 @@ from core.text import storable_json, storable_text
 
 logger = logging.getLogger(__name__)
 
-Status = Literal["ok", "error", "refused", "timeout"]
+Status = Literal["ok", "error", "refused", "timeout", "denied"]
 
 FINAL_ANSWER_INSTRUCTION = (
     "The tool budget of this turn is used up ({reason}). Answer the request now from what you have; "
@@ -43,6 +49,14 @@ TOOL_RESULTS_HEADER = "[Tool results of this turn]"
 REFUSED_MESSAGE = "Tool {name!r} is not available to you: it is not in this bot's allowed tools."
 BAD_ARGUMENTS_MESSAGE = "Tool {name!r} was not run: its arguments must be a JSON object."
 ERROR_MESSAGE = "Tool {name!r} failed: {error}"
+
+
+class ApprovalPending(Exception):
+    """The gate paused the turn on a call that needs a person's decision (H1); `approval_id` says which."""
+
+    def __init__(self, *, approval_id: int) -> None:
+        super().__init__(f"awaiting approval {approval_id}")
+        self.approval_id = approval_id
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,12 @@ class LoopTool:
     server: str
     tool: str
     run: Callable[[dict[str, Any], float], tuple[str, bool]]
+    requires_approval: bool = False
+
+
+# gate(call, tool, step, index, step_calls): None to run the call, a text to answer it with instead (not run), or
+# raises ApprovalPending.
+Gate = Callable[[ToolCall, LoopTool, int, int, Sequence[ToolCall]], str | None]
 
 
 @dataclass(frozen=True)
@@ -199,6 +219,23 @@ def budget_spent_record(*, call: ToolCall, step: int, index: int, tools: dict[st
     )
 
 
+def denied_record(*, call: ToolCall, step: int, index: int, tool: LoopTool, text: str) -> ToolCallRecord:
+    """A call a person denied (or let time out): never run, the model gets `text`."""
+    return ToolCallRecord(
+        step=step,
+        index=index,
+        call_id=call.id,
+        name=call.name,
+        server=tool.server,
+        tool=tool.tool,
+        arguments=call.arguments if isinstance(call.arguments, dict) else str(call.arguments),
+        result=text,
+        status="denied",
+        duration_ms=0,
+        error="denied",
+    )
+
+
 def step_calls_run(
     *,
     calls: Sequence[ToolCall],
@@ -209,13 +246,20 @@ def step_calls_run(
     record: Callable[[ToolCallRecord], object],
     clock: Callable[[], float],
     on_tool_step: Callable[[str], None] | None,
+    gate: Gate | None = None,
+    start: int = 0,
 ) -> list[ToolCallRecord]:
-    """One step's calls in order, each passed to `record` as soon as it has finished (before the next one runs);
-    a call that would start after the deadline is not run."""
+    """One step's calls from `start` on, in order, each passed to `record` as soon as it has finished (before the
+    next one runs); a call that would start after the deadline is not run; a gated one asks `gate` first."""
     done: list[ToolCallRecord] = []
-    for index, call in enumerate(calls):
+    for index in range(start, len(calls)):
+        call = calls[index]
+        tool = tools.get(call.name)
+        verdict = gate(call, tool, step, index, calls) if gate is not None and tool and tool.requires_approval else None
         remaining = deadline - clock()
-        if remaining <= 0:
+        if verdict is not None and tool is not None:
+            finished = denied_record(call=call, step=step, index=index, tool=tool, text=verdict)
+        elif remaining <= 0:
             finished = budget_spent_record(call=call, step=step, index=index, tools=tools)
         else:
             if on_tool_step is not None:
@@ -255,16 +299,29 @@ def tool_loop_run(
     clock: Callable[[], float] = time.monotonic,
     on_text: Callable[[str], None] | None = None,
     on_tool_step: Callable[[str], None] | None = None,
+    gate: Gate | None = None,
+    pending_step: tuple[int, Sequence[ToolCall]] | None = None,
 ) -> tuple[CompletionResult, list[ToolCallRecord]]:
-    """Run the loop; returns the final answer (usage summed over every model call) and every call in order."""
+    """Run the loop; returns the final answer (usage summed over every model call) and every call in order.
+    Raises ApprovalPending when the gate pauses it."""
     if not tools and not completed_calls:
         return model_call(client=client, request=request, on_text=on_text), []
     by_name = {tool.spec.name: tool for tool in tools}
     calls = sorted(completed_calls, key=lambda r: (r.step, r.index))
-    messages = list(request.messages) + replayed_messages(calls)
+    paused = pending_step[0] if pending_step is not None else None
+    messages = list(request.messages) + replayed_messages([r for r in calls if r.step != paused])
     deadline = clock() + limits.time_budget_seconds - sum(r.duration_ms for r in calls) / 1000
     usage = Usage()
     step = max((r.step for r in calls), default=0)
+    if pending_step is not None:
+        # The paused step: the model's calls as it asked them, the recorded results, then the rest of the step.
+        step, step_calls = pending_step
+        recorded = [r for r in calls if r.step == step]
+        run = functools.partial(step_calls_run, tools=by_name, limits=limits, deadline=deadline, record=record)
+        done = run(calls=step_calls, step=step, clock=clock, on_tool_step=on_tool_step, gate=gate, start=len(recorded))
+        calls.extend(done)
+        messages.append(ChatMessage(role="assistant", content="", tool_calls=tuple(step_calls)))
+        messages.extend(ChatMessage(role="tool", content=r.result, tool_call_id=r.call_id) for r in recorded + done)
     reason = f"at most {limits.max_steps} tool steps"
     while step < limits.max_steps:
         if clock() >= deadline:
@@ -291,6 +348,7 @@ def tool_loop_run(
             record=record,
             clock=clock,
             on_tool_step=on_tool_step,
+            gate=gate,
         )
         calls.extend(done)
         messages.extend(

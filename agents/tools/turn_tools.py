@@ -37,6 +37,7 @@ from agents.mcp.output import tool_output_text
 from agents.mcp.services import bot_call_timeout_seconds, mcp_server_config, mcp_servers_enabled
 from agents.models import Bot, McpServer, Provider, Turn, TurnToolCall
 from agents.secrets import hub_secrets, turn_redactions_add
+from agents.services.turns.approvals import approval_gate, approval_pending_step
 from agents.services.turns.assembly import DEFAULT_CONTEXT_WINDOW_TOKENS
 from agents.tools.budget import budget_within_soft_limit, task_soft_limit_seconds
 from agents.tools.loop import LoopTool, Status, ToolCallRecord, ToolLimits, model_call, tool_loop_run
@@ -120,6 +121,7 @@ def loop_tools(
         except McpError as error:
             failures.append((server, tally(error.message)))
             continue
+        needs_approval = {str(name) for name in server.approval_tools or ()}
         for tool in connection.tools:
             if tool.name not in allowed:
                 continue
@@ -134,6 +136,7 @@ def loop_tools(
                     server=server.name,
                     tool=tool.name,
                     run=mcp_tool_runner(config=config, tool=tool.name, tally=tally, max_chars=max_chars),
+                    requires_approval=tool.name in needs_approval,
                 )
             )
     return tools
@@ -254,6 +257,9 @@ def turn_tools_run(
             record=lambda call: turn_tool_call_record(turn=turn, call=call, secrets=secrets),
             on_text=on_text,
             on_tool_step=on_tool_step,
+            # H1: calls of tools that need approval pass the gate; a paused step is finished first.
+            gate=approval_gate(turn=turn, servers={server.name: server for server in servers}),
+            pending_step=approval_pending_step(turn=turn),
         )
     finally:
         turn_redactions_add(turn_id=turn.pk, count=tally.count)

@@ -357,6 +357,11 @@ FEISHU_STREAM_CARD_SECONDS = 9 * 60
 # FEISHU_ATTACHMENT_TEXT_MAX_CHARS per turn (and never more than a quarter of the model's window); any other
 # file reaches the model as a label with its name and size. A forward inlines at most
 # FEISHU_ATTACHMENT_FORWARD_MAX_MESSAGES of its messages.
+# H2: Feishu document links in a request (docx, wiki pages that are docx) are read at turn time as the bot: at most
+# FEISHU_DOC_LINKS_MAX_PER_TURN links per message, each cut at FEISHU_DOC_LINK_MAX_CHARS, inside the turn's
+# attachment budget (FEISHU_ATTACHMENT_TEXT_MAX_CHARS).
+FEISHU_DOC_LINKS_MAX_PER_TURN = env.int("FEISHU_DOC_LINKS_MAX_PER_TURN", default=3)
+FEISHU_DOC_LINK_MAX_CHARS = env.int("FEISHU_DOC_LINK_MAX_CHARS", default=20000)
 FEISHU_ATTACHMENT_IMAGE_MAX_BYTES = env.int("FEISHU_ATTACHMENT_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
 FEISHU_ATTACHMENT_IMAGE_TYPES = env.list(
     "FEISHU_ATTACHMENT_IMAGE_TYPES", default=["image/png", "image/jpeg", "image/gif", "image/webp"]

@@ -22,6 +22,7 @@ the hub only ever asks Feishu's own API for a message's resource by key, so it k
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -31,6 +32,7 @@ from agents.llm.base import ImageInput
 from agents.models import Bot
 from agents.secrets import hub_secrets
 from agents.services.turns import TurnAttachments
+from feishu.channel.doclinks import doc_links_find, doc_links_read
 from feishu.inbound.parsing import (
     ATTACHMENT_FILE,
     ATTACHMENT_FORWARD,
@@ -141,7 +143,8 @@ def turn_attachments_fetch(
     `context_window`: the model's window in tokens (0: undeclared); inlined text takes at most a quarter of it.
     Makes HTTP calls to Feishu: never inside a transaction.
     """
-    if not parsed.attachments or not bot.has_feishu_credentials:
+    links = doc_links_find(parsed.text)  # H2: Feishu documents linked in the request
+    if not (parsed.attachments or links) or not bot.has_feishu_credentials:
         return TurnAttachments()
     window_chars = (context_window or 8192) // 4  # a character is at most one token (CJK), see assembly
     collected = _Collected(
@@ -157,6 +160,12 @@ def turn_attachments_fetch(
             _file(bot=bot, parsed=parsed, attachment=attachment, out=collected)
         elif attachment.kind == ATTACHMENT_FORWARD:
             _forward(bot=bot, parsed=parsed, out=collected)
+    doc_links_read(
+        bot=bot,
+        links=links,
+        inline=lambda label, body: _inline_labelled(label=label, body=body, out=collected),
+        note=collected.notes.append,
+    )
     return collected.attachments()
 
 
@@ -217,14 +226,19 @@ def _file(*, bot: Bot, parsed: ParsedMessage, attachment: Attachment, out: _Coll
 
 
 def _inline(*, sized: Attachment, body: str, out: _Collected) -> None:
+    _inline_labelled(label=sized.label, body=body, out=out)
+
+
+def _inline_labelled(*, label: Callable[[str], str], body: str, out: _Collected) -> None:
+    """Inline `body` within the turn's budget; `label(note)` names it (an attachment, a linked document)."""
     if out.inline_budget_chars <= len(TRUNCATED_MARKER):
-        out.notes.append(sized.label(NOTE_BUDGET_USED))
+        out.notes.append(label(NOTE_BUDGET_USED))
         return
     truncated = len(body) > out.inline_budget_chars
     if truncated:
         body = body[: out.inline_budget_chars - len(TRUNCATED_MARKER)] + TRUNCATED_MARKER
     note = NOTE_TRUNCATED if truncated else NOTE_INLINED
-    out.inline(label=sized.label(), body=body, recorded_label=sized.label(note))
+    out.inline(label=label(""), body=body, recorded_label=label(note))
 
 
 def _forward(*, bot: Bot, parsed: ParsedMessage, out: _Collected) -> None:

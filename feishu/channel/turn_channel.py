@@ -18,7 +18,8 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
   turn and chunk (F3); then the agent_output event once (C2), then, only if the prompt really held the root,
   topic_root_prompt_delivered (C8); then the receipt goes;
 - failed: the receipt replaced by the failure emoji, and one line to the chat;
-- notice: one line to the chat (failure, delivery failure, unreadable quote).
+- notice: one line to the chat (failure, delivery failure, unreadable quote);
+- approval_requested / approval_decided: the approval card of a paused tool call, and a decision made elsewhere.
 `FeishuAutomationChannel` posts an automation run's answer to its `feishu_chat_id` the same way (item 8).
 """
 
@@ -46,6 +47,7 @@ from agents.services.turns.channels import AutomationChannel, StreamSink, failur
 from core.redaction import redact
 from core.tasks_enqueue import task_enqueue
 from core.text import TranslatableText
+from feishu.channel.approvals import approval_card_patch, approval_card_post
 from feishu.channel.attachments import turn_attachments_fetch
 from feishu.channel.handoff import UNSENT_REPLY_PREFIX, chat_handoff_targets, handoff_text_render, handoffs_dispatch
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
@@ -313,6 +315,12 @@ class FeishuChannel(TurnChannel):
         if stream_card_close_with_notice(turn=turn, parsed=parsed, text=failure_notice_text(status=status)):
             return
         super().failed(turn=turn, status=status)
+
+    def approval_requested(self, *, turn: Turn, approval) -> None:
+        approval_card_post(turn=turn, approval=approval)  # H1: feishu.channel.approvals
+
+    def approval_decided(self, *, turn: Turn, approval, decision) -> None:
+        approval_card_patch(turn=turn, approval=approval, decision=decision)
 
     def notice(self, *, turn: Turn, text: TranslatableText, purpose: str) -> None:
         parsed = source_parsed(turn=turn)

@@ -2,9 +2,8 @@
 
 The invariant: an event Feishu pushes over the connection is stored exactly like a webhook's, through
 `webhook.event_handler_build` (the same registered event types) and `webhook.captured_event_store` (the same
-dedupe on message_id, the same enqueue on commit). The SDK calls the processor on its event loop and sends the
-frame's acknowledgement only after it returns, so the processor stores and returns: Feishu wants the ack
-within 3 s, the model call happens in a worker. A storage failure raises, the SDK acks with 500 and Feishu
+dedupe on message_id, the same enqueue on commit). The SDK calls the processor on its event loop and acks the
+frame after it returns, so the processor stores and returns: Feishu wants the ack within 3 s; the model waits. A storage failure raises, the SDK acks with 500 and Feishu
 redelivers; a redelivery of a stored event hits the message_id constraint and is acknowledged once more.
 
 Why one process per app: the SDK keeps one module-level event loop (`lark_oapi.ws.client.loop`), so two clients
@@ -13,9 +12,8 @@ as the caller's thread may be running a loop already (issue 29). The supervisor 
 one child process per bot, restarts a dead one with backoff, and every FEISHU_LONG_CONNECTION_RECONCILE_SECONDS
 starts, stops or restarts children for bots enabled, disabled, switched to or from it, or re-keyed in the admin.
 
-Django's ORM refuses to run inside a running event loop, and the SDK's processor is called from one: every
-database access of a connection goes through one dedicated thread (`_db`), which also keeps its one DB
-connection warm between events.
+Django's ORM refuses to run inside a running event loop, and the SDK's processor is called from one: every database
+access of a connection (a card button press's decision too, H1) goes through one thread (`_db`), its DB connection warm.
 """
 
 import asyncio
@@ -25,7 +23,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,7 +36,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu.inbound.webhook import captured_event_prepare, captured_event_store, event_handler_build
+from feishu.channel.approvals import card_action_answer
+from feishu.inbound.card_actions import card_press_answer
+from feishu.inbound.webhook import captured_event_prepare, captured_event_store, event_app_matches, event_handler_build
 from feishu.models import FeishuConnection
 from feishu.outbound.sdk import CustomizedEvent, LogLevel, ws_client_module
 
@@ -172,6 +171,12 @@ class LongConnection:
                 f"event not stored within {STORE_TIMEOUT_SECONDS} s; Feishu will redeliver"
             ) from None
 
+    def _press(self, data: Any) -> Any:  # H1: a card button press, decided in the database thread
+        return card_press_answer(bot=self.bot, data=data, app_matches=event_app_matches, answer=self._answer)
+
+    def _answer(self, event: dict[str, Any]) -> dict[str, Any]:
+        return self._in_db_thread(card_action_answer, bot=self.bot, event=event).result(timeout=STORE_TIMEOUT_SECONDS)
+
     def _connected(self) -> None:
         logger.info("feishu long connection up", extra={"bot": self.bot.slug})
         self._state(
@@ -191,7 +196,7 @@ class LongConnection:
 
     def client_build(self) -> _ObservedClient:
         """The SDK client on the bot's credentials, with the webhook's handler builder and our store."""
-        handler = event_handler_build(bot=self.bot, processor=self._process)
+        handler = event_handler_build(bot=self.bot, processor=self._process, card_processor=self._press)
         client = _ObservedClient(
             self.bot.feishu_app_id,
             self.bot.feishu_app_secret,
@@ -393,8 +398,3 @@ class LongConnectionSupervisor:
                 time.sleep(1.0)
         finally:
             self.stop_all()
-
-
-def child_command_for(*, manage_py: str) -> Callable[[int], list[str]]:
-    """The command line of one bot's child: this interpreter, this manage.py, the hidden --child option."""
-    return lambda bot_pk: [sys.executable, manage_py, "feishu_connect", "--child", str(bot_pk)]

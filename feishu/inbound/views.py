@@ -9,7 +9,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-# The module, not its names: it is lazy (lark-oapi, feishu) and the URLconf is loaded by `manage.py check`.
+# The modules, not their names: they are lazy (lark-oapi, feishu) and the URLconf is loaded by `manage.py check`.
+from feishu.channel import approvals as feishu_approvals
 from feishu.inbound import webhook as feishu_webhook
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,13 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         body=body,
         max_age_seconds=settings.FEISHU_MAX_EVENT_AGE_SECONDS,
     )
+    if outcome.card_action is not None:
+        # H1: a verified button press, decided now (Feishu shows our answer's toast and card to the presser).
+        try:
+            return JsonResponse(feishu_approvals.card_action_answer(bot=bot, event=outcome.card_action))
+        except DatabaseError:
+            logger.exception("feishu card press could not be decided", extra={"bot": bot.slug})
+            return JsonResponse({"message": "Temporarily unavailable.", "extra": {}}, status=503)
     if outcome.event is not None:
         try:
             if feishu_webhook.captured_event_store(bot=bot, event=outcome.event) is None:

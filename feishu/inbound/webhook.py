@@ -22,10 +22,19 @@ from typing import Any
 from agents.models import Bot
 from core.parsers import MAX_JSON_DEPTH, JsonTooDeepError, json_depth_exceeds, json_loads_bounded
 from core.text import storable_json
+from feishu.inbound.card_actions import FOREIGN_ANSWER, captured_card, card_capture, card_event_dict
 from feishu.inbound.intake import inbound_event_store
 from feishu.inbound.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP
 from feishu.models import InboundEvent
-from feishu.outbound.sdk import AESCipher, CustomizedEvent, EventDispatcherHandler, LogLevel, RawRequest
+from feishu.outbound.sdk import (
+    AESCipher,
+    CustomizedEvent,
+    EventDispatcherHandler,
+    LogLevel,
+    P2CardActionTrigger,
+    P2CardActionTriggerResponse,
+    RawRequest,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +62,7 @@ class WebhookOutcome:
     status_code: int
     body: dict[str, Any]
     event: dict[str, Any] | None = None
+    card_action: dict[str, Any] | None = None  # a verified button press: the view answers it (feishu.channel.approvals)
 
 
 def webhook_bot_get(*, slug: str, now: float | None = None) -> Bot | None:
@@ -86,19 +96,26 @@ def _capture(data: CustomizedEvent) -> None:
     _captured.set(data)
 
 
-def event_handler_build(*, bot: Bot, processor: Callable[[CustomizedEvent], None]) -> EventDispatcherHandler:
-    """The one handler builder of both intakes: the bot's keys and every HANDLED_EVENT_TYPES to `processor`."""
+def event_handler_build(
+    *,
+    bot: Bot,
+    processor: Callable[[CustomizedEvent], None],
+    card_processor: Callable[[P2CardActionTrigger], P2CardActionTriggerResponse],
+) -> EventDispatcherHandler:
+    """The one handler builder of both intakes: the bot's keys, every HANDLED_EVENT_TYPES to `processor` and the
+    card callbacks (lark-oapi's own card action handling) to `card_processor`."""
     # CRITICAL: lark-oapi would log a traceback for every refused request; the view logs one structured line.
     builder = EventDispatcherHandler.builder(
         bot.feishu_encrypt_key or "", bot.feishu_verification_token or "", LogLevel.CRITICAL
     )
     for event_type in HANDLED_EVENT_TYPES:
         builder = builder.register_p2_customized_event(event_type, processor)
+    builder = builder.register_p2_card_action_trigger(card_processor)
     return builder.build()
 
 
 def _handler_build(bot: Bot) -> EventDispatcherHandler:
-    return event_handler_build(bot=bot, processor=_capture)
+    return event_handler_build(bot=bot, processor=_capture, card_processor=card_capture)
 
 
 def event_handler_get(*, bot: Bot) -> EventDispatcherHandler:
@@ -278,12 +295,13 @@ def webhook_handle(
     raw.uri = path
     raw.headers = headers  # as Django gives them: Title-Case, which lark-oapi's case-sensitive lookup expects
     raw.body = body
-    token = _captured.set(None)
+    token, card_token = _captured.set(None), captured_card.set(None)
     try:
         response = event_handler_get(bot=bot).do(raw)
-        captured = _captured.get()
+        captured, card = _captured.get(), captured_card.get()
     finally:
         _captured.reset(token)
+        captured_card.reset(card_token)
 
     try:
         answer = json.loads(response.content or b"{}")
@@ -292,6 +310,11 @@ def webhook_handle(
     if response.status_code == 200:
         if "challenge" in answer:
             return WebhookOutcome(200, {"challenge": answer["challenge"]})
+        if card is not None:
+            pressed = card_event_dict(card)
+            if not event_app_matches(bot=bot, event=pressed):
+                return WebhookOutcome(200, FOREIGN_ANSWER)
+            return WebhookOutcome(200, {}, card_action=pressed)
         if captured is None:
             return WebhookOutcome(200, {"msg": "ignored"})
         event = captured_event_prepare(bot=bot, data=captured)

@@ -32,6 +32,7 @@ from feishu.outbound.sdk import (
     BaseRequest,
     CardkitService,
     Config,
+    DocxService,
     ImService,
     LogLevel,
     ObtainAccessTokenException,
@@ -39,6 +40,7 @@ from feishu.outbound.sdk import (
     RequestOption,
     TokenManager,
     Transport,
+    WikiService,
     domain_is_origin,
     request_token_add,
     sdk_logger,
@@ -77,6 +79,8 @@ class FeishuClient:
         self.config = config
         self.im = ImService(config)
         self.cardkit = CardkitService(config)
+        self.docx = DocxService(config)  # H2: documents linked in a request, read as the bot
+        self.wiki = WikiService(config)
 
     def request(self, request: BaseRequest) -> RawResponse:
         """A request the SDK has no typed call for: its access token added, sent by the SDK's transport."""

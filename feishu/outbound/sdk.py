@@ -116,6 +116,8 @@ from lark_oapi.api.cardkit.v1 import (  # noqa: E402
     SettingsCardRequest,
     SettingsCardRequestBody,
 )
+from lark_oapi.api.docx.service import DocxService  # noqa: E402
+from lark_oapi.api.docx.v1 import RawContentDocumentRequest  # noqa: E402
 from lark_oapi.api.im.service import ImService  # noqa: E402
 from lark_oapi.api.im.v1 import (  # noqa: E402
     CreateFileRequest,
@@ -128,9 +130,13 @@ from lark_oapi.api.im.v1 import (  # noqa: E402
     Emoji,
     GetChatRequest,
     GetMessageRequest,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
+from lark_oapi.api.wiki.service import WikiService  # noqa: E402
+from lark_oapi.api.wiki.v2 import GetNodeSpaceRequest  # noqa: E402
 from lark_oapi.channel.types import InteractiveContent  # noqa: E402
 from lark_oapi.core.cache import LocalCache  # noqa: E402
 from lark_oapi.core.enum import AccessTokenType, HttpMethod, LogLevel  # noqa: E402
@@ -142,6 +148,10 @@ from lark_oapi.core.model import BaseRequest, Config, RawRequest, RawResponse, R
 from lark_oapi.core.token.auth import verify as request_token_add  # noqa: E402
 from lark_oapi.core.token.manager import TokenManager  # noqa: E402
 from lark_oapi.core.utils.decryptor import AESCipher  # noqa: E402
+from lark_oapi.event.callback.model.p2_card_action_trigger import (  # noqa: E402
+    P2CardActionTrigger,
+    P2CardActionTriggerResponse,
+)
 from lark_oapi.event.custom import CustomizedEvent  # noqa: E402
 from lark_oapi.event.dispatcher_handler import EventDispatcherHandler  # noqa: E402
 
@@ -186,9 +196,11 @@ __all__ = [
     "CreateMessageRequestBody",
     "CustomizedEvent",
     "DeleteMessageReactionRequest",
+    "DocxService",
     "Emoji",
     "EventDispatcherHandler",
     "GetChatRequest",
+    "GetNodeSpaceRequest",
     "GetMessageRequest",
     "HttpMethod",
     "ImService",
@@ -197,6 +209,11 @@ __all__ = [
     "LocalCache",
     "LogLevel",
     "ObtainAccessTokenException",
+    "P2CardActionTrigger",
+    "P2CardActionTriggerResponse",
+    "PatchMessageRequest",
+    "PatchMessageRequestBody",
+    "RawContentDocumentRequest",
     "RawRequest",
     "RawResponse",
     "ReplyMessageRequest",
@@ -206,6 +223,7 @@ __all__ = [
     "SettingsCardRequestBody",
     "TokenManager",
     "Transport",
+    "WikiService",
     "card_converter",
     "domain_is_origin",
     "is_slim_package",

@@ -26,6 +26,8 @@ from feishu.outbound.sdk import (
     CreateMessageRequestBody,
     DeleteMessageReactionRequest,
     Emoji,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
@@ -111,6 +113,17 @@ def file_upload(*, bot: Bot, file_name: str, content: bytes) -> str:
 
     response = feishu_client.feishu_call(bot=bot, operation="file.create", call=upload)
     return str(response.data.file_key or "")
+
+
+def message_card_patch(
+    *, bot: Bot, message_id: str, card: dict[str, Any], sleep: Callable[[float], None] | None = None
+) -> None:
+    """Replace a sent card message's content (`im.v1.message.patch`): the approval card shows its decision."""
+    body = PatchMessageRequestBody.builder().content(json.dumps(card, ensure_ascii=False)).build()
+    request = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
+    feishu_client.feishu_call(
+        bot=bot, operation="message.patch", call=lambda client: client.im.v1.message.patch(request), sleep=sleep
+    )
 
 
 def message_reply(

@@ -82,6 +82,10 @@ def route_of(method: str, path: str) -> str:
         return "resource"
     if path == FILES_PATH and method == "POST":
         return "file_create"
+    if path.startswith("/open-apis/docx/v1/documents/") and path.endswith("/raw_content") and method == "GET":
+        return "doc_raw_content"  # issue 26
+    if path == "/open-apis/wiki/v2/spaces/get_node" and method == "GET":
+        return "wiki_get_node"  # issue 26
     if path == TOKEN_PATH:
         return "token"
     if path == BOT_INFO_PATH:
@@ -92,6 +96,8 @@ def route_of(method: str, path: str) -> str:
         return "reply"
     if path.startswith(MESSAGES_PATH + "/") and method == "GET":
         return "get"
+    if path.startswith(MESSAGES_PATH + "/") and path.count("/") == MESSAGES_PATH.count("/") + 1 and method == "PATCH":
+        return "message_patch"  # issue 26: an approval card shows its decision
     if path.startswith(CHATS_PATH + "/") and method == "GET":
         return "chat_get"
     return "unknown"
@@ -120,6 +126,9 @@ class FeishuStub:
         self._chat_sends: dict[str, deque[float]] = {}
         self._app_sends: dict[str, deque[float]] = {}
         self._card_updates: dict[str, deque[float]] = {}
+        # issue 26 (H2): docx documents (id -> text, or None: the app may not read it) and wiki nodes (token -> node)
+        self.documents: dict[str, str | None] = {}
+        self.wiki_nodes: dict[str, dict[str, str]] = {}
 
     # --- test controls -------------------------------------------------------------------------------
     def fail_next(
@@ -298,6 +307,10 @@ class FeishuStub:
             return self._reaction_create(request, app_id)
         if route == "reaction_delete":
             return self._reaction_delete(request)
+        if route == "message_patch":
+            return self._message_patch(request)
+        if route in ("doc_raw_content", "wiki_get_node"):
+            return self._document_read(request, route)
         if route == "resource":
             return self._resource(request)
         if route == "file_create":
@@ -523,6 +536,38 @@ class FeishuStub:
             self._uuids[uuid] = data
         self.sent.append({"route": route, "app_id": app_id, "message_id": message_id, **body, "parent_id": parent_id})
         return 200, {"code": 0, "msg": "success", "data": data}, {}
+
+    # --- issue 26: docx raw_content and wiki get_node (H2) ----------------------------------------------------
+    def _document_read(self, request: RecordedRequest, route: str) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if route == "wiki_get_node":
+            node = self.wiki_nodes.get((request.query.get("token") or [""])[0])
+            if node is None:
+                return 400, {"code": 131005, "msg": "not found"}, {}
+            return 200, {"code": 0, "msg": "success", "data": {"node": node}}, {}
+        document_id = unquote(request.path.split("/")[-2])
+        if document_id not in self.documents:
+            return 400, {"code": 1770002, "msg": "not found"}, {}
+        text = self.documents[document_id]
+        if text is None:
+            return 403, {"code": 1770032, "msg": "forBidden"}, {}
+        return 200, {"code": 0, "msg": "success", "data": {"content": text}}, {}
+
+    # --- issue 26: im/v1/messages/:id PATCH (a sent card's content replaced) ---------------------------------
+    def _message_patch(self, request: RecordedRequest) -> tuple[int, dict[str, Any], dict[str, str]]:
+        message_id = unquote(request.path.split("/")[-1])
+        message = self.messages.get(message_id)
+        if message is None or message.get("msg_type") != "interactive":
+            return 400, {"code": 230001, "msg": "message not found or not a card"}, {}
+        content = (request.body or {}).get("content", "") if isinstance(request.body, dict) else ""
+        try:
+            problem = card_json_problem(json.loads(content))
+        except (TypeError, ValueError):
+            problem = "content is not JSON"
+        if problem:
+            return 400, {"code": 230099, "msg": f"Failed to update card content: {problem}"}, {}
+        message["body"] = {"content": content}
+        message["updated"] = True
+        return 200, {"code": 0, "msg": "success", "data": {}}, {}
 
     def _interactive_problem(self, content: str, message_id: str) -> str:
         try:

@@ -16,6 +16,7 @@ connection, and one acknowledged with an error (500: the handler raised) is push
 """
 
 import asyncio
+import base64
 import itertools
 import json
 import threading
@@ -40,6 +41,7 @@ class PushedEvent:
     pushed_at: list[float] = field(default_factory=list)  # perf_counter of every push (re-pushes included)
     ack_codes: list[int] = field(default_factory=list)
     acked_at: float | None = None
+    ack_data: list[Any] = field(default_factory=list)  # issue 26: what the client answered (a card press's toast)
 
 
 def _event_frame(*, frame_id: str, seq_id: int, payload: dict[str, Any]) -> bytes:
@@ -203,11 +205,14 @@ class FeishuWsStub:
                     await connection.send(_pong_frame(frame))
                     continue
                 headers = {header.key: header.value for header in frame.headers}
-                code = json.loads(frame.payload or b"{}").get("code", 0)
+                answered = json.loads(frame.payload or b"{}")
+                code = answered.get("code", 0)
                 with self._lock:
                     event = self.events.get(headers.get("message_id", ""))
                     if event is not None:
                         event.ack_codes.append(code)
+                        if answered.get("data"):
+                            event.ack_data.append(json.loads(base64.b64decode(answered["data"])))
                         if code == 200 and event.acked_at is None:
                             event.acked_at = time.perf_counter()
                     self._lock.notify_all()

@@ -17,6 +17,8 @@ Hooks, in the order the runner calls them:
   provider streams it, and one short label per tool call (the streaming card of R3 shows both).
 - `deliver(turn, reply)`: idempotent (a fixed uuid per turn and chunk); raises `DeliveryRetryable` or
   `DeliveryPermanent`.
+- `approval_requested(turn, approval)` / `approval_decided(turn, approval, decision)`: a tool call waits for a
+  person (H1): show the question (Feishu: a card with buttons), then the decision made elsewhere (REST, timeout).
 - `failed(turn, status)`: the turn ended failed or delivery_failed; tell the chat in one line when it can be reached.
 """
 
@@ -129,6 +131,12 @@ class TurnChannel:
         return None
 
     def notice(self, *, turn: Turn, text: TranslatableText, purpose: str) -> None:
+        return None
+
+    def approval_requested(self, *, turn: Turn, approval) -> None:
+        return None
+
+    def approval_decided(self, *, turn: Turn, approval, decision) -> None:
         return None
 
     def failed(self, *, turn: Turn, status: str) -> None:

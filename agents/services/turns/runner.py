@@ -6,8 +6,8 @@ model thinks or a channel talks to Feishu:
 1. claim (ledger.turn_claim): a finished turn is left alone; a replied one goes straight to delivery;
 2. prepare, on the first claim only (channel.prepare): the prompt and the context decision are recorded with
    the user_message; a re-run sends exactly what was recorded;
-3. call the primary model (no transaction open) through the bot's tools (agents.tools: a bounded loop, each
-   call recorded as a TurnToolCall, never as a message), streaming into the channel's sink when it has one;
+3. call the primary model (no transaction open) through the bot's tools (agents.tools: bounded, each call a
+   TurnToolCall, never a message; one needing approval pauses the turn, H1), streamed into the channel's sink;
 4. store the reply (conditional on `reply_message IS NULL`): status `replied`; two racing runs keep one reply;
 5. deliver (channel.deliver, idempotent by its uuids): `delivered`, or a retry later, or `delivery_failed`.
 
@@ -41,6 +41,7 @@ from agents.llm.base import (
 from agents.llm.registry import llm_client_for, request_as_sent
 from agents.models import LLMModel, Turn
 from agents.services.turns import ledger
+from agents.services.turns.approvals import approval_requested
 from agents.services.turns.assembly import PrimaryInput, context_messages_upper_bound, primary_input_build
 from agents.services.turns.channels import (
     ConnectionReleasingSink,
@@ -52,7 +53,7 @@ from agents.services.turns.channels import (
     TurnChannel,
     channel_for,
 )
-from agents.tools.loop import model_call
+from agents.tools.loop import ApprovalPending, model_call
 from agents.tools.turn_tools import ToolServerUnavailableError, turn_tools_run
 from core.connections import connection_release
 from core.text import storable_text
@@ -219,6 +220,9 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Turn | None:
         )
     except LLMError as exc:
         _model_error_record(turn=turn, channel=channel, exc=exc, started=started, model_input=model_input)
+        return None
+    except ApprovalPending as pending:  # H1: paused durably; a decision enqueues the turn again
+        approval_requested(turn=turn, approval_id=pending.approval_id)
         return None
     return _reply_store(
         turn=turn,

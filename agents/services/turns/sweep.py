@@ -7,6 +7,8 @@ What it picks up, each bounded:
   re-enqueued at most TURN_MAX_SWEEPS times, then failed;
 - replied but not delivered for DELIVERY_RESUME_AFTER_SECONDS (the worker died between storing and sending, or
   its retry was lost): delivery resumes with the same uuids; past DELIVERY_MAX_ATTEMPTS, delivery_failed.
+- awaiting_approval (H1): an approval past its server's approval_timeout_seconds is denied (the turn resumes and
+  the model is told); a decided one whose turn was never enqueued again is enqueued (agents.services.turns.approvals).
 What it gives up on is marked in the ledger (the admin's status filter lists it) and told to the chat in one line.
 Every re-enqueue re-stamps enqueued_at, so a pass never re-enqueues a turn the previous one just did.
 """
@@ -21,6 +23,7 @@ from django.utils import timezone
 from agents.models import Turn
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns import ledger
+from agents.services.turns.approvals import approvals_sweep
 from agents.services.turns.channels import channel_for
 
 logger = logging.getLogger(__name__)
@@ -107,7 +110,7 @@ def turns_sweep(*, older_than_seconds: float = TURN_SWEEP_AFTER_SECONDS) -> int:
             logger.warning("replied turn re-enqueued for delivery", extra={"turn_id": turn_id})
     if stale:
         logger.info("turns swept", extra={"found": len(stale), "enqueued": enqueued, "given_up": given_up})
-    return enqueued
+    return enqueued + approvals_sweep(now=now)
 
 
 def _tell(*, turn_id: int, status: str) -> None:
