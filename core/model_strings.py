@@ -317,5 +317,14 @@ MODEL_STRINGS = frozenset(
         gettext_noop("method"),
         gettext_noop("path"),
         gettext_noop("body"),
+        gettext_noop("Bad signature"),
+        gettext_noop("Stale timestamp"),
+        gettext_noop("Wrong verification token"),
+        gettext_noop("Undecryptable body"),
+        gettext_noop("Malformed or oversized body"),
+        gettext_noop("Unknown, disabled or webhook-less bot"),
+        gettext_noop("count"),
+        gettext_noop("first at"),
+        gettext_noop("last at"),
     }
 )

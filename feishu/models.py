@@ -180,3 +180,42 @@ class SandboxCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
+
+
+class WebhookRefusal(models.Model):
+    """How many webhook requests were refused for one bot and reason (D3), and when the last one was.
+
+    Bounded: one row per bot and reason (and one per reason for slugs that name no bot), counted with an UPDATE
+    on an F() expression, so any number of workers add to it without losing a count. Nothing of the refused
+    request is kept: a refused body is an outsider's text.
+    """
+
+    class Reason(models.TextChoices):
+        BAD_SIGNATURE = "bad_signature", "Bad signature"
+        STALE = "stale", "Stale timestamp"
+        WRONG_TOKEN = "wrong_token", "Wrong verification token"
+        UNDECRYPTABLE = "undecryptable", "Undecryptable body"
+        MALFORMED = "malformed", "Malformed or oversized body"
+        UNKNOWN_BOT = "unknown_bot", "Unknown, disabled or webhook-less bot"
+
+    # Null: a slug that names no bot (each such slug is not kept: it is whatever an outsider typed).
+    bot = models.ForeignKey(
+        "agents.Bot", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_refusals"
+    )
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    count = models.PositiveBigIntegerField(default=0)
+    first_at = models.DateTimeField(auto_now_add=True)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bot", "reason"], condition=Q(bot__isnull=False), name="webhookrefusal_unique_bot_reason"
+            ),
+            models.UniqueConstraint(
+                fields=["reason"], condition=Q(bot__isnull=True), name="webhookrefusal_unique_nobot_reason"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.bot_id or '-'} {self.reason}: {self.count}"

@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from agents.models import Bot, Turn
 from core.admin import list_url
+from feishu.inbound.refusals import RefusalCount, refusal_counts
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
 
@@ -26,11 +27,13 @@ class BotOverview:
     judgements: list[tuple[ProbeJudgement, str]]
     turns_url: str
     judgements_url: str
+    refusals: list[RefusalCount]  # refused webhook requests per reason (D3)
 
 
 def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
     """The bot page's panel: its absolute webhook URL, its gate's current resolution, its newest turns and
-    judgements (RECENT of each, with their admin URLs). Three queries at most, whatever the bot's history."""
+    judgements (RECENT of each, with their admin URLs), its refused webhook requests per reason (D3). Four
+    queries at most, whatever the bot's history."""
     config = gate_config_get(bot=bot)
     turn_list = reverse("admin:agents_turn_changelist")
     judgement_list = reverse("admin:probe_probejudgement_changelist")
@@ -46,4 +49,5 @@ def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
         judgements=[(judgement, f"{judgement_list}{judgement.pk}/change/") for judgement in judgements],
         turns_url=list_url("agents.turn", bot__id__exact=bot.pk),
         judgements_url=list_url("probe.probejudgement", bot__id__exact=bot.pk),
+        refusals=refusal_counts(bot),
     )
