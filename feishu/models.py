@@ -131,6 +131,7 @@ class FeishuConnection(models.Model):
         CONNECTING = "connecting", "Connecting"
         CONNECTED = "connected", "Connected"
         RECONNECTING = "reconnecting", "Reconnecting"
+        DEAF = "deaf", "Deaf (connected, hearing nothing)"
         STOPPED = "stopped", "Stopped"
         FAILED = "failed", "Failed"
 
@@ -145,6 +146,12 @@ class FeishuConnection(models.Model):
     hostname = models.CharField(max_length=255, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # D1: since when a connected connection has heard nothing (its last frame), while its state is deaf.
+    deaf_since = models.DateTimeField(null=True, blank=True)
+    last_reconnect_at = models.DateTimeField(null=True, blank=True)
+    last_reconnect_reason = models.CharField(max_length=300, blank=True)
+    # The last transitions, oldest first, each {"at", "state", "note"} (bounded: connection_state.HISTORY_MAX_ENTRIES).
+    history = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return f"{self.bot_id}: {self.state}"

@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from agents.models import Bot, Turn
 from core.admin import list_url
+from feishu.inbound.connection_state import connection_history
 from feishu.inbound.refusals import RefusalCount, refusal_counts
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
@@ -28,11 +29,12 @@ class BotOverview:
     turns_url: str
     judgements_url: str
     refusals: list[RefusalCount]  # refused webhook requests per reason (D3)
+    connection_history: list[dict]  # the long connection's recent transitions and why, newest first (D1)
 
 
 def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
     """The bot page's panel: its absolute webhook URL, its gate's current resolution, its newest turns and
-    judgements (RECENT of each, with their admin URLs), its refused webhook requests per reason (D3). Four
+    judgements (RECENT of each, with their admin URLs), its refused webhook requests per reason (D3). Five
     queries at most, whatever the bot's history."""
     config = gate_config_get(bot=bot)
     turn_list = reverse("admin:agents_turn_changelist")
@@ -50,4 +52,7 @@ def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
         turns_url=list_url("agents.turn", bot__id__exact=bot.pk),
         judgements_url=list_url("probe.probejudgement", bot__id__exact=bot.pk),
         refusals=refusal_counts(bot),
+        connection_history=connection_history(bot)
+        if bot.feishu_event_mode == Bot.FeishuEventMode.LONG_CONNECTION
+        else [],
     )

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from agents.models import Bot, Turn
-from feishu.inbound.longconn import (
-    LongConnection,
+from feishu.inbound.longconn import LongConnection
+from feishu.inbound.supervisor import (
     LongConnectionBot,
     LongConnectionSupervisor,
     long_connection_bots_list,

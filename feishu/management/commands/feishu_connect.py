@@ -11,12 +11,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from feishu.inbound.longconn import (
-    LongConnectionSupervisor,
-    child_command_for,
-    long_connection_bots_list,
-    long_connection_child_run,
-)
+from feishu.inbound.longconn import long_connection_child_run
+from feishu.inbound.supervisor import LongConnectionSupervisor, child_command_for, long_connection_bots_list
 
 
 class Command(BaseCommand):
