@@ -184,7 +184,6 @@ def test_d1_the_supervisor_replaces_a_deaf_child_at_once_and_a_failed_one_after_
         failing.stop_all()
 
 
-
 def test_d1_the_bot_page_shows_deaf_since_the_last_reconnect_and_the_history(admin_client, bot):
     connection_state_record(bot_pk=bot.pk, state="connected", note="connected")
     connection_state_record(bot_pk=bot.pk, state="deaf", deaf_since=timezone.now(), note="deaf: no frame for 61 s")
