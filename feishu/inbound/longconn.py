@@ -133,7 +133,6 @@ class LongConnection:
     domain: str = ""
     silence_seconds: float = 0.0
     reconnect_reason: str = ""
-    on_back: Callable[[], None] | None = None  # called (in the DB thread) when a connection is back after a gap
     _loop: asyncio.AbstractEventLoop | None = None
     _db: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
     _has_connected: bool = False
@@ -187,8 +186,6 @@ class LongConnection:
             note="connected",
         )
         self._has_connected = True
-        if back and self.on_back is not None:
-            self._in_db_thread(self.on_back)  # what was pushed meanwhile is gone: catch up (D2)
 
     def _reconnecting(self) -> None:
         logger.warning("feishu long connection lost; reconnecting", extra={"bot": self.bot.slug})
@@ -370,9 +367,7 @@ def long_connection_child_run(*, bot_pk: int) -> int:
     if bot is None:
         logger.warning("feishu long connection: bot not found or disabled", extra={"bot_pk": bot_pk})
         return 1
-    connection = LongConnection(
-        bot=bot, reconnect_reason=os.environ.get(RECONNECT_REASON_ENV, ""), on_back=catchup_on_back(bot=bot)
-    )
+    connection = LongConnection(bot=bot, reconnect_reason=os.environ.get(RECONNECT_REASON_ENV, ""))
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: connection.stop())
     try:
@@ -383,8 +378,3 @@ def long_connection_child_run(*, bot_pk: int) -> int:
         logger.exception("feishu long connection gave up", extra={"bot": bot.slug})
         return 1
     return 0
-
-
-def catchup_on_back(*, bot: Bot) -> Callable[[], None] | None:
-    """What a connection does when it is back after a gap: nothing until catch-up (D2) is wired."""
-    return None

@@ -22,6 +22,7 @@ from typing import Any
 from agents.models import Bot
 from core.parsers import MAX_JSON_DEPTH, JsonTooDeepError, json_depth_exceeds, json_loads_bounded
 from core.text import storable_json
+from feishu.inbound.edits import EVENT_EDITED, edit_dedupe_key
 from feishu.inbound.intake import inbound_event_store
 from feishu.inbound.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP
 from feishu.models import InboundEvent, WebhookRefusal
@@ -35,6 +36,7 @@ Reason = WebhookRefusal.Reason
 HANDLED_EVENT_TYPES = (
     "im.message.receive_v1",
     "im.message.recalled_v1",  # G7: the message leaves thread context
+    "im.message.updated_v1",  # O6: the new text replaces the old (edits.EVENT_EDITED; no typed handler in 1.7.5)
     "im.chat.member.bot.added_v1",  # G2: the group's workspace is created (or restored)
     "im.chat.member.bot.deleted_v1",  # G2: ... and retired
 )
@@ -149,6 +151,8 @@ def event_dedupe_key(event: dict[str, Any]) -> str | None:
     if event_type == "im.message.recalled_v1":
         message_id = body.get("message_id")
         return f"recalled:{message_id}"[:64] if isinstance(message_id, str) and message_id else None
+    if event_type == EVENT_EDITED:
+        return edit_dedupe_key(body)  # one row per edit: "edited:" + the message id + its update time
     event_id = header.get("event_id")
     return f"event:{event_id}"[:64] if isinstance(event_id, str) and event_id else None
 
