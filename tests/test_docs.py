@@ -12,6 +12,8 @@ import ast
 import re
 from pathlib import Path
 
+from feishu.subscriptions import REQUIRED_SCOPES, SUBSCRIBED_EVENTS
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 FEISHU_SETUP = DOCS / "feishu-setup.md"
@@ -31,18 +33,8 @@ API_FAMILY_SCOPES: dict[str, tuple[str, ...]] = {
     "cardkit.v1.card_element": ("cardkit:card:write",),  # ... and its content updates
     "bot.v3.info": (),  # the bot's own open_id
 }
-# The scopes an event needs before Feishu pushes it. A message reaches the bot in a DM, when it is @-mentioned in
-# a group, and (discuss mode) for every group message: three scopes, one per case.
-EVENT_SCOPES: dict[str, tuple[str, ...]] = {
-    "im.message.receive_v1": (
-        "im:message.p2p_msg:readonly",
-        "im:message.group_at_msg:readonly",
-        "im:message.group_msg",
-    ),
-    "im.message.recalled_v1": ("im:message",),
-    "im.chat.member.bot.added_v1": ("im:chat:readonly",),
-    "im.chat.member.bot.deleted_v1": ("im:chat:readonly",),
-}
+# The scopes an event needs before Feishu pushes it: the code's one list (feishu.subscriptions).
+EVENT_SCOPES = SUBSCRIBED_EVENTS
 
 REGISTER_PREFIX = "register_p"
 # lark-oapi's generic registrations take the event type as their first argument; the typed ones
@@ -170,6 +162,35 @@ def test_every_event_the_bridge_registers_is_in_the_feishu_setup_page():
     # then the parser found the registrations at all, and the page names each one
     assert "im.message.receive_v1" in registered
     assert sorted(registered - documented) == []
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _table_first_column(section: str) -> set[str]:
+    return set(re.findall(r"^\| `([^`]+)` \|", section, re.MULTILINE))
+
+
+def test_the_subscribed_events_in_code_docs_and_registered_handlers_are_one_list():
+    # given the code's list, the handlers both intakes register, and the setup page's Events table
+    registered = _bridge_event_types()
+    documented = _table_first_column(_section(FEISHU_SETUP.read_text(), "Events"))
+
+    # then all three are equal: nothing handled but unsubscribed, nothing subscribed but unhandled
+    assert registered == set(SUBSCRIBED_EVENTS)
+    assert documented == set(SUBSCRIBED_EVENTS)
+
+
+def test_the_required_scopes_in_code_and_in_the_setup_page_are_one_list():
+    documented = _table_first_column(_section(FEISHU_SETUP.read_text(), "Scopes"))
+    needed_by_events = {scope for scopes in SUBSCRIBED_EVENTS.values() for scope in scopes}
+    needed_by_calls = {scope for scopes in API_FAMILY_SCOPES.values() for scope in scopes}
+
+    assert documented == set(REQUIRED_SCOPES)
+    assert needed_by_events | needed_by_calls <= set(REQUIRED_SCOPES)
 
 
 def test_every_registered_event_has_its_scopes_in_the_feishu_setup_page():
