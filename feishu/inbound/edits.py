@@ -70,7 +70,7 @@ def _edited_at(payload: dict[str, Any]) -> datetime:
     message = body.get("message") if isinstance(body, dict) else None
     raw = message.get("update_time") if isinstance(message, dict) else None
     try:
-        return datetime.fromtimestamp(int(raw) / 1000, tz=UTC)
+        return datetime.fromtimestamp(int(str(raw)) / 1000, tz=UTC)
     except (TypeError, ValueError, OverflowError):
         return timezone.now()
 

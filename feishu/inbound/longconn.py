@@ -275,7 +275,7 @@ class LongConnection:
 
     # Long because the start, its three endings (stopped, failed, deaf) and their state rows read best together.
     def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
-        starting = {"state": FeishuConnection.State.CONNECTING, "note": "connecting"}
+        starting: dict[str, Any] = {"state": FeishuConnection.State.CONNECTING, "note": "connecting"}
         if self.reconnect_reason:
             starting = {
                 "state": FeishuConnection.State.RECONNECTING,
