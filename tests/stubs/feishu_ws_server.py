@@ -115,6 +115,8 @@ class FeishuWsStub:
         self._http.server_close()
 
         async def close() -> None:
+            if self._silent is not None:
+                self._silent.transport.abort()  # reading is paused: it would never finish a close handshake
             self._ws_server.close()
             if self._connection is not None:
                 await self._connection.close()
