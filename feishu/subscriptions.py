@@ -25,6 +25,7 @@ REQUIRED_SCOPES: tuple[str, ...] = (
     "im:message.p2p_msg:readonly",
     "im:message.group_at_msg:readonly",
     "im:message.group_msg",
+    "im:message:readonly",  # catch-up: im.v1.message.list of a group (D2)
     "im:message.reactions:write_only",  # receipt and failure reactions
     "im:resource",  # a message's images and files
     "im:chat:readonly",  # a group's mode; the bot added to or removed from a group

@@ -2,7 +2,7 @@
 right now, and the bot's recent turns and judgements. agents never imports probe or the bridge, so the page that
 shows them lives here, as a subclass of agents' BotAdmin (its fields, form and lists unchanged)."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext_lazy as _
 
@@ -10,6 +10,8 @@ from agents.admin.bots import BotAdmin
 from agents.models import Bot
 from console.dashboard.bot_overview import bot_overview_get
 from core.admin import TranslatableText, list_url, related_links
+from feishu.inbound.catchup import catchup_run
+from feishu.outbound.api_errors import FeishuApiError
 from probe.admin import cause_explained
 
 
@@ -29,6 +31,23 @@ def bot_neighbours(bot: Bot) -> list[tuple[str, TranslatableText]]:
 
 class BotOverviewAdmin(BotAdmin):
     change_form_template = "admin/dashboard/bot_change_form.html"
+    actions = ["catch_up"]
+
+    @admin.action(description=_("Catch up with the messages the hub missed (last 24 h)"), permissions=["change"])
+    def catch_up(self, request: HttpRequest, queryset) -> None:
+        # D2: read each active group's messages since the newest stored one and store what was missed.
+        for bot in queryset:
+            try:
+                result = catchup_run(bot=bot)
+            except FeishuApiError as error:  # Feishu said no (a missing scope, say): the page says why, no 500
+                self.message_user(request, f"{bot.slug}: {error}", messages.ERROR)
+                continue
+            self.message_user(
+                request,
+                _("%(bot)s: %(read)d message(s) read in %(chats)d group(s), %(stored)d new.")
+                % {"bot": bot.slug, "read": result.read, "chats": result.chats, "stored": result.stored},
+                messages.SUCCESS,
+            )
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "", extra_context=None) -> HttpResponse:
         bot = self.get_object(request, object_id)

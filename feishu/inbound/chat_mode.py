@@ -43,4 +43,11 @@ def chat_mode_annotate(*, bot: Bot, payload: dict) -> dict:
             )
     if not workspace.is_chat_mode_known:
         return payload
-    return {**payload, HUB_ANNOTATIONS_KEY: {"chat_is_topic": workspace.is_topic_chat}}
+    earlier = payload.get(HUB_ANNOTATIONS_KEY)  # a catch-up's marks (feishu.inbound.catchup) stay
+    return {
+        **payload,
+        HUB_ANNOTATIONS_KEY: {
+            **(earlier if isinstance(earlier, dict) else {}),
+            "chat_is_topic": workspace.is_topic_chat,
+        },
+    }

@@ -27,7 +27,7 @@ from feishu.inbound.messages import (
     message_is_own_echo,
     payload_secrets_redacted,
 )
-from feishu.inbound.parsing import ParsedMessage, message_parse, slash_command
+from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
 from feishu.models import InboundEvent
 from feishu.outbound import reads as feishu_reads
 from feishu.outbound.api_errors import FeishuApiError
@@ -61,6 +61,8 @@ ROUTE_REPLY_OFF = "reply_off"  # G5: the group's reply mode is off: recorded, ne
 ROUTE_WORKSPACE_JOINED = "workspace_joined"
 ROUTE_WORKSPACE_RETIRED = "workspace_retired"
 ROUTE_RECALLED = "recalled"
+# D2: an addressed message the catch-up read past the answer window: recorded, never answered (its event says so).
+ROUTE_MISSED = "this request arrived while the hub was down and was not answered"
 IGNORED_UNKNOWN_EVENT = "unknown_event"
 
 # The event types routing handles (the webhook stores exactly these, feishu.inbound.webhook.HANDLED_EVENT_TYPES).
@@ -88,6 +90,7 @@ class RouteResult:
             IGNORED_NOT_ALLOWED,
             IGNORED_UNKNOWN_EVENT,
             IGNORED_EDIT_UNKNOWN,
+            ROUTE_MISSED,  # stored as ignored with its sentence: the console's inbound events show it
         )
 
 
@@ -173,6 +176,8 @@ def inbound_message_route(
     parsed = message_parse(payload)
     if parsed is None:
         return RouteResult(IGNORED_UNREADABLE)
+    annotations = payload.get(HUB_ANNOTATIONS_KEY)
+    missed = isinstance(annotations, dict) and annotations.get("missed") is True
     if bot_open_id is None:
         bot_open_id = bot_open_id_ensure(bot=bot)
     if not bot_open_id and bot.has_feishu_credentials and parsed.mentions and not parsed.is_direct:
@@ -187,7 +192,9 @@ def inbound_message_route(
     command = slash_command(text)
     if parsed.is_direct:
         return _direct_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command)
-    return _group_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, finish=finish)
+    return _group_message_route(
+        bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, finish=finish, missed=missed
+    )
 
 
 def _direct_message_route(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str) -> RouteResult:
@@ -202,7 +209,7 @@ def _direct_message_route(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, 
 
 
 def _group_message_route(
-    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, finish: EventFinish | None
+    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, finish: EventFinish | None, missed: bool
 ) -> RouteResult:
     """A group message: recorded as thread context, then a command, a turn (addressed), a discuss wake, or no more."""
     is_reply_to_bot = message_is_bot_output(bot=bot, feishu_message_id=parsed.parent_id)
@@ -229,6 +236,8 @@ def _group_message_route(
         return RouteResult(ROUTE_REPLY_OFF)
     if not policy.sender_is_allowed:
         return RouteResult(IGNORED_NOT_ALLOWED if addressed else ROUTE_RECORDED)
+    if missed:  # read by the catch-up past the answer window: too late to answer, or to open a wake
+        return RouteResult(ROUTE_MISSED if addressed else ROUTE_RECORDED)
     if addressed:
         if recorded.skipped_reason == "not_owner":
             return RouteResult(IGNORED_NOT_OWNER)  # owner_only: only the owner may trigger this bot (C2)

@@ -126,6 +126,7 @@ from lark_oapi.api.im.v1 import (  # noqa: E402
     Emoji,
     GetChatRequest,
     GetMessageRequest,
+    ListMessageRequest,
     ReplyMessageRequest,
     ReplyMessageRequestBody,
 )
@@ -186,6 +187,7 @@ __all__ = [
     "EventDispatcherHandler",
     "GetChatRequest",
     "GetMessageRequest",
+    "ListMessageRequest",
     "HttpMethod",
     "ImService",
     "InteractiveContent",
