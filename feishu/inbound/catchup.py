@@ -7,8 +7,10 @@ Feishu one row, whichever comes first). A listed message carries the hub annotat
 one older than AMUX_BACKFILL_ANSWER_WINDOW_SECONDS also `missed`, and routing records it without answering
 (the inbound event says "this request arrived while the hub was down and was not answered").
 
-Built so far: the admin's "catch up" action on a bot. Not built: the automatic triggers (a long connection back
-after a gap, a start after an outage), topic threads as containers, DMs, and the send budget's app share.
+Triggers: the bot page's "catch up" action, and a long connection back after a gap (its child enqueues
+feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects). Not built: the trigger at a
+hub start after an outage (AMUX_BACKFILL_AFTER_SECONDS), topic threads as containers, DMs, and pacing within the
+send budget's app share (the reads go through feishu_call's rate-limit handling only).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from agents.models import Bot
+from feishu import tasks as feishu_tasks
 from feishu.inbound.connection_state import connection_state_record
 from feishu.inbound.watchdog import Verdict, silence_seconds_bound, silence_verdict, tick_seconds
 from feishu.inbound.webhook import captured_event_prepare, captured_event_store, event_handler_build
@@ -186,6 +187,8 @@ class LongConnection:
             note="connected",
         )
         self._has_connected = True
+        if back:  # what Feishu pushed meanwhile is gone (no redelivery here): catch up with it (D2)
+            self._in_db_thread(feishu_tasks.catchup_run.delay, bot_pk=self.bot.pk)
 
     def _reconnecting(self) -> None:
         logger.warning("feishu long connection lost; reconnecting", extra={"bot": self.bot.slug})

@@ -2,6 +2,7 @@
 against the Feishu stub) and stores what the hub missed through the same intake: each message once, even when
 Feishu's retry delivers it too; a recent @ is answered once, an older one is recorded as missed."""
 
+import threading
 import time
 from datetime import timedelta
 
@@ -9,12 +10,13 @@ import pytest
 from django.test import TestCase
 from django.utils import timezone
 
-from agents.models import Turn
+from agents.models import Bot, Turn
+from feishu.inbound.longconn import LongConnection
 from feishu.inbound.routing import ROUTE_MISSED
+from feishu.inbound.signing import message_event_payload
 from feishu.models import InboundEvent
 from tests.feishu.conftest import bot_open_id
-
-pytestmark = pytest.mark.django_db
+from tests.stubs.feishu_ws_server import FeishuWsStub
 
 CHAT = "oc_busy_group"
 
@@ -28,6 +30,7 @@ def _mention(bot) -> list[dict]:
     return [{"key": "@_user_1", "id": bot_open_id(bot), "id_type": "open_id", "name": bot.name}]
 
 
+@pytest.mark.django_db
 def test_d2_catch_up_stores_each_missed_message_once_answers_a_recent_at_and_marks_an_old_one(
     admin_client, feishu, make_feishu_bot, settings
 ):
@@ -81,3 +84,54 @@ def test_d2_catch_up_stores_each_missed_message_once_answers_a_recent_at_and_mar
     assert ROUTE_MISSED == "this request arrived while the hub was down and was not answered"
     listed = stub.requests_to("list")
     assert listed and all(r.query["container_id"] == [CHAT] for r in listed)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not_deliver(
+    feishu_stub, make_feishu_bot, settings
+):
+    # given a long-connection bot that heard one group message
+    stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
+    settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
+    bot = make_feishu_bot(feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION, reply_format="text", receipt_emoji="")
+    stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
+    connection = LongConnection(bot=bot)
+    thread = threading.Thread(target=connection.run, daemon=True)
+    thread.start()
+    try:
+        stub.wait_connections(1)
+        heard = message_event_payload(
+            verification_token=bot.feishu_verification_token,
+            app_id=bot.feishu_app_id,
+            message_id="om_heard",
+            chat_id=CHAT,
+            text="hello",
+            sender_open_id="ou_alice",
+        )
+        stub.wait_acked([stub.push(heard)])
+        # when the connection drops and an @ is said meanwhile that the long connection never delivers
+        stub.drop()
+        feishu_stub.add_message(
+            message_id="om_said_while_away",
+            chat_id=CHAT,
+            text="@_user_1 you there?",
+            mentions=_mention(bot),
+            sender_id="ou_alice",
+        )
+        stub.wait_connections(2, timeout=15)
+        deadline = time.monotonic() + 20
+        while not Turn.objects.filter(bot=bot).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        connection.flush()
+        # then the catch-up stored it once and it was answered once
+        assert list(InboundEvent.objects.filter(bot=bot).order_by("id").values_list("message_id", flat=True)) == [
+            "om_heard",
+            "om_said_while_away",
+        ]
+        assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
+        assert len(feishu_stub.sent) == 1
+    finally:
+        connection.stop()
+        thread.join(timeout=15)
+        stub.stop()
