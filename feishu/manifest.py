@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 # docs list the one named here). bot.v3.info needs the Bot capability and no scope.
 API_FAMILY_SCOPES: dict[str, tuple[str, ...]] = {
     "im.v1.message": ("im:message",),  # reply, create, and get (quoted and forwarded messages)
+    "im.v1.message.list": ("im:message:readonly",),  # catch-up (D2) reads a group's messages since the newest stored
     "im.v1.message_reaction": ("im:message.reactions:write_only",),  # receipt and failure reactions
     "im.v1.message_resource": ("im:resource",),  # images and files of a message, read at turn time
     "im.v1.file": ("im:resource",),  # /context export uploads its Markdown file
@@ -31,6 +32,7 @@ EVENT_SCOPES: dict[str, tuple[str, ...]] = {
         "im:message.group_msg",
     ),
     "im.message.recalled_v1": ("im:message",),
+    "im.message.updated_v1": ("im:message",),  # O6: an edit is pushed under the same scope as a recall
     "im.chat.member.bot.added_v1": ("im:chat:readonly",),
     "im.chat.member.bot.deleted_v1": ("im:chat:readonly",),
     "card.action.trigger": (),  # a callback (Callback configuration), no scope of its own: approval buttons (H1)
@@ -41,6 +43,7 @@ SCOPE_PURPOSES = {
     "im:message.p2p_msg:readonly": _("receive direct messages to the bot"),
     "im:message.group_at_msg:readonly": _("receive group messages that @ the bot"),
     "im:message.group_msg": _("receive group messages that do not @ the bot (discuss mode, thread context)"),
+    "im:message:readonly": _("catch up: read a group's messages that arrived while the hub was down"),
     "im:message.reactions:write_only": _("the receipt and failure reactions"),
     "im:resource": _("images and files of a message"),
     "im:chat:readonly": _("a group's mode, and the bot added to or removed from a group"),
@@ -51,6 +54,7 @@ SCOPE_PURPOSES = {
 EVENT_PURPOSES = {
     "im.message.receive_v1": _("a message in a DM or a group"),
     "im.message.recalled_v1": _("a recalled message leaves thread context"),
+    "im.message.updated_v1": _("an edited message's new text replaces the old in thread context"),
     "im.chat.member.bot.added_v1": _("the bot was added to a group"),
     "im.chat.member.bot.deleted_v1": _("the bot was removed from a group"),
     "card.action.trigger": _("a press on an approval card's button"),

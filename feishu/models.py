@@ -131,6 +131,7 @@ class FeishuConnection(models.Model):
         CONNECTING = "connecting", "Connecting"
         CONNECTED = "connected", "Connected"
         RECONNECTING = "reconnecting", "Reconnecting"
+        DEAF = "deaf", "Deaf (connected, hearing nothing)"
         STOPPED = "stopped", "Stopped"
         FAILED = "failed", "Failed"
 
@@ -145,6 +146,12 @@ class FeishuConnection(models.Model):
     hostname = models.CharField(max_length=255, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # D1: since when a connected connection has heard nothing (its last frame), while its state is deaf.
+    deaf_since = models.DateTimeField(null=True, blank=True)
+    last_reconnect_at = models.DateTimeField(null=True, blank=True)
+    last_reconnect_reason = models.CharField(max_length=300, blank=True)
+    # The last transitions, oldest first, each {"at", "state", "note"} (bounded: connection_state.HISTORY_MAX_ENTRIES).
+    history = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return f"{self.bot_id}: {self.state}"
@@ -255,3 +262,42 @@ class Arbitration(models.Model):
 
     def __str__(self) -> str:
         return f"arbitration {self.chat_id}/{self.message_id}"
+
+
+class WebhookRefusal(models.Model):
+    """How many webhook requests were refused for one bot and reason (D3), and when the last one was.
+
+    Bounded: one row per bot and reason (and one per reason for slugs that name no bot), counted with an UPDATE
+    on an F() expression, so any number of workers add to it without losing a count. Nothing of the refused
+    request is kept: a refused body is an outsider's text.
+    """
+
+    class Reason(models.TextChoices):
+        BAD_SIGNATURE = "bad_signature", "Bad signature"
+        STALE = "stale", "Stale timestamp"
+        WRONG_TOKEN = "wrong_token", "Wrong verification token"
+        UNDECRYPTABLE = "undecryptable", "Undecryptable body"
+        MALFORMED = "malformed", "Malformed or oversized body"
+        UNKNOWN_BOT = "unknown_bot", "Unknown, disabled or webhook-less bot"
+
+    # Null: a slug that names no bot (each such slug is not kept: it is whatever an outsider typed).
+    bot = models.ForeignKey(
+        "agents.Bot", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_refusals"
+    )
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    count = models.PositiveBigIntegerField(default=0)
+    first_at = models.DateTimeField(auto_now_add=True)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bot", "reason"], condition=Q(bot__isnull=False), name="webhookrefusal_unique_bot_reason"
+            ),
+            models.UniqueConstraint(
+                fields=["reason"], condition=Q(bot__isnull=True), name="webhookrefusal_unique_nobot_reason"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.bot_id or '-'} {self.reason}: {self.count}"

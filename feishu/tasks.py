@@ -80,3 +80,13 @@ def feishu_credentials_verify_all_task() -> int:
     from feishu.outbound.verify import feishu_credentials_verify_all
 
     return feishu_credentials_verify_all()
+
+
+@shared_task(name="feishu.tasks.catchup_run")
+def catchup_run(bot_pk: int) -> int:
+    # Inside the task: this module stays a leaf (the long connection imports it to enqueue this task).
+    from agents.models import Bot
+    from feishu.inbound.catchup import catchup_run as run
+
+    bot = Bot.objects.filter(pk=bot_pk, is_enabled=True).first()
+    return run(bot=bot).stored if bot is not None else 0

@@ -151,6 +151,30 @@ def test_every_event_the_bridge_registers_is_in_the_feishu_setup_page():
     assert sorted(registered - documented) == []
 
 
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _table_first_column(section: str) -> set[str]:
+    return set(re.findall(r"^\| `([^`]+)` \|", section, re.MULTILINE))
+
+
+def test_the_subscribed_events_in_code_docs_and_registered_handlers_are_one_list():
+    # given the code's list (feishu/manifest.py), the handlers both intakes register, and the setup page's Events
+    # section (its events table and its callbacks table)
+    registered = {event.replace(".", "_") for event in _bridge_event_types()}
+    documented = {
+        event.replace(".", "_") for event in _table_first_column(_section(FEISHU_SETUP.read_text(), "Events"))
+    }
+    in_code = {event.replace(".", "_") for event in EVENT_SCOPES}
+
+    # then all three are equal: nothing handled but unsubscribed, nothing subscribed but unhandled
+    assert registered == in_code
+    assert documented == in_code
+
+
 def test_every_registered_event_has_its_scopes_in_the_feishu_setup_page():
     # given the event types the bridge registers (a typed registration spells its type with underscores)
     registered = {event.replace(".", "_") for event in _bridge_event_types()}

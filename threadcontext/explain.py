@@ -10,7 +10,8 @@ from __future__ import annotations
 import unicodedata
 from datetime import datetime
 
-from threadcontext.models import ThreadContextDecision, ThreadEvent
+from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent
+from threadcontext.services.edits import EDITED_KEY, PREVIOUS_CHARS_KEY
 from threadcontext.services.recall import RECALLED_KEY
 from threadcontext.trimming import text_preview
 
@@ -40,6 +41,26 @@ def _recalled(decision: ThreadContextDecision) -> list[dict]:
     return list(seen.values())
 
 
+def _edited(decision: ThreadContextDecision) -> list[dict]:
+    """The decision's items (selected or excluded) whose message was edited (O6): when, and how long the earlier
+    text was (the earlier text itself is not kept). Bounded by the decision's own items."""
+    excluded = [item.get("id") for item in decision.excluded or [] if isinstance(item, dict)]
+    item_ids = [*(decision.selected_item_ids or []), *(pk for pk in excluded if isinstance(pk, int))]
+    rows = (
+        ThreadContextItem.objects.filter(pk__in=item_ids, metadata__has_key=EDITED_KEY)
+        .order_by("id")
+        .values_list("message_id", "metadata")
+    )
+    return [
+        {
+            "message_id": message_id,
+            "edited_at": str((metadata or {}).get(EDITED_KEY, "")),
+            "previous_text_chars": int((metadata or {}).get(PREVIOUS_CHARS_KEY, 0) or 0),
+        }
+        for message_id, metadata in rows
+    ]
+
+
 def decision_explain_data(*, decision: ThreadContextDecision) -> dict:
     diagnostics = decision.diagnostics or {}
     return {
@@ -59,6 +80,7 @@ def decision_explain_data(*, decision: ThreadContextDecision) -> dict:
         "excluded": list(decision.excluded or []),
         "diagnostics": {key: value for key, value in diagnostics.items() if key != "selected_items"},
         "recalled": _recalled(decision),
+        "edited": _edited(decision),
         "thread_context": decision.thread_context,
         "prompt_preview": decision.prompt_preview,
         "created_at": decision.created_at.isoformat() if decision.created_at else None,
@@ -157,6 +179,11 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
     for recalled in data["recalled"]:
         when = "before this decision" if recalled["before_decision"] else "after this decision (later ones skip it)"
         lines.append(f"recalled {recalled['message_id']}: removed from thread context {when}")
+    for edited in data["edited"]:
+        lines.append(
+            f"edited {edited['message_id']}: edited at {edited['edited_at']}"
+            f" (the earlier text had {edited['previous_text_chars']} characters)"
+        )
     if verbose:
         lines += ["", "thread context:", data["thread_context"] or "(empty)", "", "prompt preview:"]
         lines.append(data["prompt_preview"] or "(empty)")

@@ -174,6 +174,13 @@ class BotAdmin(WriteOnlySecretsAdmin):
         parts = [connection.get_state_display()]
         if connection.connected_since:
             parts.append(gettext("since %(at)s") % {"at": f"{connection.connected_since:{when}}"})
+        if connection.deaf_since:  # D1: connected but hearing nothing since its last frame
+            parts.append(gettext("deaf since %(at)s") % {"at": f"{connection.deaf_since:{when}}"})
+        if connection.last_reconnect_at:
+            parts.append(
+                gettext("last reconnect %(at)s: %(why)s")
+                % {"at": f"{connection.last_reconnect_at:{when}}", "why": connection.last_reconnect_reason}
+            )
         parts.append(
             gettext("last event %(at)s") % {"at": f"{connection.last_event_at:{when}}"}
             if connection.last_event_at

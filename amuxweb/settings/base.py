@@ -338,6 +338,12 @@ FEISHU_MAX_BODY_BYTES = env.int("FEISHU_MAX_BODY_BYTES", default=256 * 1024)
 # `feishu_connect` re-reads the bots (enabled, disabled, re-keyed in the admin take effect within this).
 FEISHU_LONG_CONNECTION_DOMAIN = env("FEISHU_LONG_CONNECTION_DOMAIN", default="")
 FEISHU_LONG_CONNECTION_RECONCILE_SECONDS = env.float("FEISHU_LONG_CONNECTION_RECONCILE_SECONDS", default=30.0)
+# D1 (issue 23): a long connection that receives no frame (event or pong) for this long while connected is deaf:
+# its child is replaced (feishu.inbound.watchdog; the child pings after a third of it, so a quiet app stays alive).
+AMUX_LONGCONN_SILENCE_SECONDS = env.float("AMUX_LONGCONN_SILENCE_SECONDS", default=60.0)
+# D2 (issue 23): the admin's "catch up" answers a missed addressed message at most this old; older ones are
+# recorded as missed ("this request arrived while the hub was down and was not answered").
+AMUX_BACKFILL_ANSWER_WINDOW_SECONDS = env.int("AMUX_BACKFILL_ANSWER_WINDOW_SECONDS", default=600)
 # The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
 # Outbound (R2-R4). Feishu's limits: 5 messages/s per chat (shared by every bot in it), 50/s per app; the send

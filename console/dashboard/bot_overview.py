@@ -12,6 +12,8 @@ from agents.models import Bot, Turn
 from console.dashboard.selectors import BotRow, dashboard_rows
 from console.dashboard.setup import event_url
 from core.admin import list_url
+from feishu.inbound.connection_state import connection_history
+from feishu.inbound.refusals import RefusalCount, refusal_counts
 from feishu.models import FeishuConnection, FeishuCredentialCheck, InboundEvent
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
@@ -35,12 +37,15 @@ class BotOverview:
     check: FeishuCredentialCheck | None
     connection: FeishuConnection | None
     last_event: InboundEvent | None
+    refusals: list[RefusalCount]  # refused webhook requests per reason (D3)
+    connection_history: list[dict]  # the long connection's recent transitions and why, newest first (D1)
 
 
 def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
     """The bot page's panel: its absolute webhook URL, its gate's current resolution, its newest turns and
-    judgements (RECENT of each, with their admin URLs), its health and cost (the front page's row) and how it
-    stands with Feishu. A fixed number of queries, whatever the bot's history."""
+    judgements (RECENT of each, with their admin URLs), its health and cost (the front page's row), how it stands
+    with Feishu, and its refused webhook requests per reason (D3). A fixed number of queries, whatever the bot's
+    history."""
     config = gate_config_get(bot=bot)
     turn_list = reverse("admin:agents_turn_changelist")
     judgement_list = reverse("admin:probe_probejudgement_changelist")
@@ -60,4 +65,8 @@ def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
         check=FeishuCredentialCheck.objects.filter(bot=bot).first(),
         connection=FeishuConnection.objects.filter(bot=bot).first(),
         last_event=InboundEvent.objects.filter(bot=bot).order_by("-received_at", "-pk").first(),
+        refusals=refusal_counts(bot),
+        connection_history=connection_history(bot)
+        if bot.feishu_event_mode == Bot.FeishuEventMode.LONG_CONNECTION
+        else [],
     )

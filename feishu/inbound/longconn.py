@@ -17,27 +17,28 @@ access of a connection (a card button press's decision too, H1) goes through one
 """
 
 import asyncio
-import hashlib
 import logging
 import os
 import signal
 import socket
-import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connections
-from django.db.models import F
+from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from agents.models import Bot
+from feishu import tasks as feishu_tasks
 from feishu.channel.approvals import card_action_answer
 from feishu.inbound.card_actions import card_press_answer
+from feishu.inbound.connection_state import connection_state_record
+from feishu.inbound.watchdog import Verdict, silence_seconds_bound, silence_verdict, tick_seconds
 from feishu.inbound.webhook import captured_event_prepare, captured_event_store, event_app_matches, event_handler_build
 from feishu.models import FeishuConnection
 from feishu.outbound.sdk import CustomizedEvent, LogLevel, ws_client_module
@@ -49,60 +50,19 @@ lark_ws_client: Any = ws_client_module()  # Any: the SDK ships no types (and set
 
 # The longest a processor waits for its store before the SDK acks 500 (Feishu redelivers); below Feishu's 3 s.
 STORE_TIMEOUT_SECONDS = 2.5
-# A dead child is restarted after min(RESTART_BACKOFF_MAX_SECONDS, RESTART_BACKOFF_BASE_SECONDS * 2**failures);
-# a child that stayed up RESTART_RESET_AFTER_SECONDS starts again from the base.
-RESTART_BACKOFF_BASE_SECONDS = 1.0
-RESTART_BACKOFF_MAX_SECONDS = 60.0
-RESTART_RESET_AFTER_SECONDS = 300.0
-# A stopping child gets this long to close its connection before it is killed.
-CHILD_STOP_TIMEOUT_SECONDS = 10.0
 ERROR_MAX_CHARS = 500
+# A child whose connection went deaf exits with this status: the supervisor replaces it at once (no backoff).
+EXIT_DEAF = 3
+# The supervisor tells a replacement child why it replaces one (the bot page shows it).
+RECONNECT_REASON_ENV = "AMUX_LONGCONN_RECONNECT_REASON"
 
 
 class StoreTimeoutError(RuntimeError):
     """The store did not finish in time for Feishu's 3 s acknowledgement window."""
 
 
-@dataclass(frozen=True)
-class LongConnectionBot:
-    """What the supervisor needs to know about a long-connection bot: who, and whether its keys changed."""
-
-    pk: int
-    slug: str
-    fingerprint: str  # a digest of the app's credentials: a re-keyed bot's child is restarted
-
-
-def _credentials_fingerprint(bot: Bot) -> str:
-    material = "\0".join(
-        [bot.feishu_app_id, bot.feishu_app_secret, bot.feishu_encrypt_key, bot.feishu_verification_token]
-    )
-    return hashlib.sha256(material.encode()).hexdigest()[:16]  # never logged with the secrets it digests
-
-
-def long_connection_bots_list(*, slugs: Sequence[str] = ()) -> list[LongConnectionBot]:
-    """Enabled bots whose event mode is the long connection and that have an app id and secret."""
-    bots = Bot.objects.filter(is_enabled=True, feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION).exclude(
-        feishu_app_id=""
-    )
-    if slugs:
-        bots = bots.filter(slug__in=list(slugs))
-    return [
-        LongConnectionBot(pk=bot.pk, slug=bot.slug, fingerprint=_credentials_fingerprint(bot))
-        for bot in bots.order_by("pk")
-        if bot.feishu_app_secret
-    ]
-
-
-def connection_state_record(*, bot_pk: int, add_reconnects: int = 0, add_events: int = 0, **fields: Any) -> None:
-    """Write the bot's connection row (created on first use); the counters are incremented in the UPDATE."""
-    updates: dict[str, Any] = {**fields, "updated_at": timezone.now()}
-    if add_reconnects:
-        updates["reconnects"] = F("reconnects") + add_reconnects
-    if add_events:
-        updates["events_received"] = F("events_received") + add_events
-    if not FeishuConnection.objects.filter(bot_id=bot_pk).update(**updates):
-        FeishuConnection.objects.get_or_create(bot_id=bot_pk)  # one row per bot: a racing creator is harmless
-        FeishuConnection.objects.filter(bot_id=bot_pk).update(**updates)
+class DeafConnectionError(RuntimeError):
+    """The connection heard nothing (no event, no pong) for longer than the bound while connected (D1)."""
 
 
 def _error_text(error: BaseException) -> str:
@@ -111,16 +71,30 @@ def _error_text(error: BaseException) -> str:
 
 
 class _ObservedClient(lark_ws_client.Client):
-    """The SDK's client, telling `LongConnection` when a connection is made or fails.
+    """The SDK's client, telling `LongConnection` when a connection is made or fails, every frame it receives,
+    and when its reconnecting gives up.
 
-    The SDK has hooks for reconnecting and reconnected only; the first connection and a failed attempt are
-    seen by wrapping `_connect` (private, but the one place both happen; pinned SDK version).
+    The SDK has hooks for reconnecting and reconnected only. The rest is seen by wrapping three of its private
+    methods (the one place each happens; pinned SDK version), never by copying them: `_connect` (the first
+    connection and a failed attempt), `_handle_message` (every frame: events and pongs, D1's sign of life) and
+    `_reconnect` (it raises inside the SDK's receive task when its retries are spent, and the SDK would then sit
+    connected to nothing forever).
     """
 
-    def __init__(self, *args: Any, on_connected: Callable[[], None], on_error: Callable[[BaseException], None], **kw):
+    def __init__(
+        self,
+        *args: Any,
+        on_connected: Callable[[], None],
+        on_error: Callable[[BaseException], None],
+        on_frame: Callable[[], None],
+        on_gave_up: Callable[[BaseException], None],
+        **kw: Any,
+    ) -> None:
         super().__init__(*args, **kw)
         self._on_connected = on_connected
         self._on_error = on_error
+        self._on_frame = on_frame
+        self._on_gave_up = on_gave_up
 
     async def _connect(self) -> None:
         try:
@@ -131,17 +105,43 @@ class _ObservedClient(lark_ws_client.Client):
         if self._conn is not None:
             self._on_connected()
 
+    async def _handle_message(self, msg: bytes) -> None:
+        self._on_frame()
+        await super()._handle_message(msg)
+
+    async def _reconnect(self) -> None:
+        try:
+            await super()._reconnect()
+        except Exception as error:
+            self._on_gave_up(error)
+            raise
+
+    async def ping(self) -> None:
+        """One ping now (the SDK's own frame), so that a live connection answers with a pong."""
+        await self._write_message(lark_ws_client._new_ping_frame(int(self._service_id)).SerializeToString())
+
 
 @dataclass
 class LongConnection:
-    """One bot's long connection, run in the calling thread until `stop()` (a child process runs one)."""
+    """One bot's long connection, run in the calling thread until `stop()` (a child process runs one).
+
+    `silence_seconds` (default AMUX_LONGCONN_SILENCE_SECONDS) bounds how long it may hear nothing while connected;
+    past it `run()` raises DeafConnectionError and the supervisor replaces the child. `reconnect_reason` says
+    why this connection replaces an earlier one (the supervisor's restart): it then starts as reconnecting.
+    """
 
     bot: Bot
     domain: str = ""
+    silence_seconds: float = 0.0
+    reconnect_reason: str = ""
     _loop: asyncio.AbstractEventLoop | None = None
     _db: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
     _has_connected: bool = False
     _client: _ObservedClient | None = None
+    _last_frame: float = 0.0  # monotonic time of the last frame received (or of the connection)
+    _pinged_at: float | None = None
+    _deaf: bool = False
+    _gave_up: BaseException | None = None
 
     def _in_db_thread(self, function: Callable[..., Any], **kwargs: Any) -> Future:
         def run() -> Any:
@@ -177,22 +177,80 @@ class LongConnection:
     def _answer(self, event: dict[str, Any]) -> dict[str, Any]:
         return self._in_db_thread(card_action_answer, bot=self.bot, event=event).result(timeout=STORE_TIMEOUT_SECONDS)
 
+    def _frame(self) -> None:
+        self._last_frame = time.monotonic()
+        self._pinged_at = None
+
     def _connected(self) -> None:
         logger.info("feishu long connection up", extra={"bot": self.bot.slug})
+        self._frame()  # the silence is counted from the connection
+        back = self._has_connected or bool(self.reconnect_reason)
         self._state(
             state=FeishuConnection.State.CONNECTED,
             connected_since=timezone.now(),
-            add_reconnects=1 if self._has_connected else 0,
+            deaf_since=None,
+            add_reconnects=1 if back else 0,
+            note="connected",
         )
         self._has_connected = True
+        if back:  # what Feishu pushed meanwhile is gone (no redelivery here): catch up with it (D2)
+            self._in_db_thread(feishu_tasks.catchup_run.delay, bot_pk=self.bot.pk)
 
     def _reconnecting(self) -> None:
         logger.warning("feishu long connection lost; reconnecting", extra={"bot": self.bot.slug})
-        self._state(state=FeishuConnection.State.RECONNECTING, connected_since=None)
+        why = "the connection was lost; the SDK reconnects"
+        self._state(
+            state=FeishuConnection.State.RECONNECTING,
+            connected_since=None,
+            last_reconnect_at=timezone.now(),
+            last_reconnect_reason=why,
+            note=why,
+        )
 
     def _error(self, error: BaseException) -> None:
         logger.warning("feishu long connection failed", extra={"bot": self.bot.slug, "error": _error_text(error)})
         self._state(last_error=_error_text(error), last_error_at=timezone.now())
+
+    def _given_up(self, error: BaseException) -> None:
+        # The SDK stopped reconnecting (its retries are spent): end the child, the supervisor restarts it.
+        self._gave_up = error
+        if self._loop is not None:
+            self._loop.stop()
+
+    async def _watch(self, bound: float) -> None:
+        """D1: replace a connection that hears nothing (see feishu.inbound.watchdog)."""
+        while True:
+            await asyncio.sleep(tick_seconds(bound=bound))
+            client = self._client
+            if client is None or client._conn is None:
+                continue  # not connected: the SDK is reconnecting, or gave up (_given_up)
+            now = time.monotonic()
+            verdict = silence_verdict(now=now, last_frame_at=self._last_frame, pinged_at=self._pinged_at, bound=bound)
+            if verdict is Verdict.PING:
+                self._pinged_at = now
+                try:
+                    await client.ping()
+                except Exception as error:  # a failed write is a sign too; the bound decides
+                    logger.info("feishu long connection ping failed", extra={"error": _error_text(error)})
+            elif verdict is Verdict.DEAF:
+                await self._went_deaf(quiet=now - self._last_frame)
+                return
+
+    async def _went_deaf(self, *, quiet: float) -> None:
+        self._deaf = True
+        deaf_since = timezone.now() - timedelta(seconds=quiet)
+        why = f"deaf: no frame or pong for {quiet:.1f} s while connected"
+        logger.warning("feishu long connection deaf; replacing it", extra={"bot": self.bot.slug, "quiet_s": quiet})
+        recorded = self._in_db_thread(
+            connection_state_record,
+            bot_pk=self.bot.pk,
+            state=FeishuConnection.State.DEAF,
+            deaf_since=deaf_since,
+            note=why,
+        )
+        await asyncio.wrap_future(recorded)
+        assert self._loop is not None
+        self._loop.stop()
 
     def client_build(self) -> _ObservedClient:
         """The SDK client on the bot's credentials, with the webhook's handler builder and our store."""
@@ -206,27 +264,44 @@ class LongConnection:
             domain=self.domain or settings.FEISHU_LONG_CONNECTION_DOMAIN or settings.FEISHU_DOMAIN,
             on_connected=self._connected,
             on_error=self._error,
+            on_frame=self._frame,
+            on_gave_up=self._given_up,
         )
         client.on_reconnecting = self._reconnecting
         return client
 
     def run(self) -> None:
-        """Connect and serve until `stop()`; raises when the SDK gives up (bad credentials, retries spent)."""
+        """Connect and serve until `stop()`; raises when the SDK gives up (bad credentials, retries spent) and
+        DeafConnectionError when the connection heard nothing past the bound."""
         # The SDK's methods use its module-level loop, not the running one: each connection sets its own there.
         self._loop = lark_ws_client.loop = asyncio.new_event_loop()
         with ThreadPoolExecutor(1, "longconn", initializer=asyncio.set_event_loop, initargs=(self._loop,)) as thread:
             thread.submit(self._serve, self._loop).result()  # the SDK's failure is raised here, in the caller
+        if self._deaf:
+            raise DeafConnectionError(f"no frame for {self.silence_seconds or silence_seconds_bound():g} s")
+        if self._gave_up is not None:
+            raise self._gave_up
 
+    # Long because the start, its three endings (stopped, failed, deaf) and their state rows read best together.
     def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        starting: dict[str, Any] = {"state": FeishuConnection.State.CONNECTING, "note": "connecting"}
+        if self.reconnect_reason:
+            starting = {
+                "state": FeishuConnection.State.RECONNECTING,
+                "last_reconnect_at": timezone.now(),
+                "last_reconnect_reason": self.reconnect_reason,
+                "note": "reconnecting",
+            }
         self._in_db_thread(
             connection_state_record,
             bot_pk=self.bot.pk,
-            state=FeishuConnection.State.CONNECTING,
             connected_since=None,
             hostname=socket.gethostname()[:255],
             pid=os.getpid(),
+            **starting,
         ).result()
         failed = False
+        watchdog = loop.create_task(self._watch(self.silence_seconds or silence_seconds_bound()))
         try:
             self._client = self.client_build()
             self._client.start()
@@ -242,32 +317,51 @@ class LongConnection:
                 connected_since=None,
                 last_error=_error_text(error),
                 last_error_at=timezone.now(),
+                note=f"failed: {_error_text(error)}",
             ).result()
             raise
         finally:
-            self._finish(failed=failed)
+            watchdog.cancel()
+            self._finish(failed=failed or self._gave_up is not None)
 
     def _finish(self, *, failed: bool) -> None:
         loop = self._loop
         assert loop is not None  # made by run() before anything that reaches here
+        if self._gave_up is not None:
+            self._in_db_thread(
+                connection_state_record,
+                bot_pk=self.bot.pk,
+                state=FeishuConnection.State.FAILED,
+                connected_since=None,
+                last_error=_error_text(self._gave_up),
+                last_error_at=timezone.now(),
+                note=f"the SDK gave up reconnecting: {_error_text(self._gave_up)}",
+            ).result()
         # Cancel the SDK's tasks first (its receive loop would start reconnecting on the close), then close.
         tasks = asyncio.all_tasks(loop)
         for task in tasks:
             task.cancel()
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        if self._client is not None and self._client._conn is not None:
-            loop.run_until_complete(self._client._disconnect())  # a clean close, not a dropped socket
+        conn = self._client._conn if self._client is not None else None
+        if conn is not None and self._deaf:
+            conn.transport.abort()  # a deaf peer would never answer a close handshake: drop the socket
+        elif conn is not None:
+            loop.run_until_complete(self._client._disconnect())  # type: ignore[union-attr]  # a clean close
         loop.close()
-        if not failed:
+        if not failed and not self._deaf:
             self._in_db_thread(
-                connection_state_record, bot_pk=self.bot.pk, state=FeishuConnection.State.STOPPED, connected_since=None
+                connection_state_record,
+                bot_pk=self.bot.pk,
+                state=FeishuConnection.State.STOPPED,
+                connected_since=None,
+                note="stopped",
             ).result()
         self._in_db_thread(connections.close_all).result()
         self._db.shutdown(wait=True)
 
     def stop(self) -> None:
         """Thread-safe: ends `run()` (the state becomes stopped)."""
-        if self._loop is not None:
+        if self._loop is not None and not self._loop.is_closed():  # a deaf or failed run has ended already
             self._loop.call_soon_threadsafe(self._loop.stop)
 
     def flush(self) -> None:
@@ -276,125 +370,20 @@ class LongConnection:
 
 
 def long_connection_child_run(*, bot_pk: int) -> int:
-    """A child process's body: one bot's connection until SIGTERM/SIGINT; the exit status for the supervisor."""
+    """A child process's body: one bot's connection until SIGTERM/SIGINT; the exit status for the supervisor
+    (0 stopped, EXIT_DEAF deaf, 1 failed or gave up)."""
     bot = Bot.objects.filter(pk=bot_pk, is_enabled=True).first()
     if bot is None:
         logger.warning("feishu long connection: bot not found or disabled", extra={"bot_pk": bot_pk})
         return 1
-    connection = LongConnection(bot=bot)
+    connection = LongConnection(bot=bot, reconnect_reason=os.environ.get(RECONNECT_REASON_ENV, ""))
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: connection.stop())
     try:
         connection.run()
+    except DeafConnectionError:
+        return EXIT_DEAF  # already logged and recorded
     except Exception:
         logger.exception("feishu long connection gave up", extra={"bot": bot.slug})
         return 1
     return 0
-
-
-def restart_delay_seconds(*, failures: int) -> float:
-    """Backoff before restarting a child that died `failures` times in a row (pure)."""
-    return min(RESTART_BACKOFF_MAX_SECONDS, RESTART_BACKOFF_BASE_SECONDS * 2 ** max(0, failures - 1))
-
-
-@dataclass
-class _Child:
-    bot: LongConnectionBot
-    process: subprocess.Popen | None = None
-    started_at: float = 0.0
-    failures: int = 0
-    restart_at: float = 0.0
-
-
-@dataclass
-class LongConnectionSupervisor:
-    """Keeps one child process per long-connection bot (see the module docstring)."""
-
-    child_command: Callable[[int], list[str]]
-    slugs: Sequence[str] = ()
-    reconcile_seconds: float = 30.0
-    clock: Callable[[], float] = time.monotonic
-    children: dict[int, _Child] = field(default_factory=dict)
-    _stopping: bool = False
-
-    def _start(self, child: _Child) -> None:
-        child.process = subprocess.Popen(self.child_command(child.bot.pk))
-        child.started_at = self.clock()
-        logger.info("feishu long connection child started", extra={"bot": child.bot.slug, "pid": child.process.pid})
-
-    def _stop(self, child: _Child) -> None:
-        process = child.process
-        child.process = None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=CHILD_STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        logger.info("feishu long connection child stopped", extra={"bot": child.bot.slug})
-
-    def reconcile(self, bots: Iterable[LongConnectionBot]) -> None:
-        """Start children for new bots, stop those of gone bots, restart those whose credentials changed."""
-        wanted = {bot.pk: bot for bot in bots}
-        for pk in list(self.children):
-            child = self.children[pk]
-            if pk not in wanted or wanted[pk].fingerprint != child.bot.fingerprint:
-                self._stop(child)
-                del self.children[pk]
-        for pk, bot in wanted.items():
-            if pk not in self.children:
-                child = _Child(bot=bot)
-                self.children[pk] = child
-                self._start(child)
-
-    def check(self) -> None:
-        """Restart dead children, each after its backoff."""
-        now = self.clock()
-        for child in self.children.values():
-            if child.process is not None and child.process.poll() is not None:
-                code = child.process.returncode
-                uptime = now - child.started_at
-                child.failures = 1 if uptime >= RESTART_RESET_AFTER_SECONDS else child.failures + 1
-                child.restart_at = now + restart_delay_seconds(failures=child.failures)
-                child.process = None
-                logger.warning(
-                    "feishu long connection child died; restarting after backoff",
-                    extra={"bot": child.bot.slug, "exit_code": code, "restart_in_s": child.restart_at - now},
-                )
-            if child.process is None and now >= child.restart_at:
-                self._start(child)
-
-    def stop_all(self) -> None:
-        for child in self.children.values():
-            if child.process is not None and child.process.poll() is None:
-                child.process.terminate()
-        for child in self.children.values():
-            self._stop(child)
-        self.children.clear()
-
-    def request_stop(self, *_: object) -> None:
-        self._stopping = True
-
-    def run(self, *, bots_list: Callable[[], list[LongConnectionBot]]) -> None:
-        """Until SIGTERM/SIGINT: reconcile every reconcile_seconds, check children every second."""
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self.request_stop)
-        next_reconcile = 0.0
-        try:
-            while not self._stopping:
-                if self.clock() >= next_reconcile:
-                    next_reconcile = self.clock() + self.reconcile_seconds
-                    close_old_connections()
-                    try:
-                        bots = bots_list()
-                    except DatabaseError:
-                        # Keep the running children; exiting would make honcho stop the whole `make run`.
-                        logger.exception("feishu_connect could not read the bots; keeping the running connections")
-                    else:
-                        self.reconcile(bots)
-                self.check()
-                time.sleep(1.0)
-        finally:
-            self.stop_all()

@@ -13,6 +13,8 @@ from feishu.channel.turn_channel import feishu_turn_start
 from feishu.commands.dispatch import chat_command_handle
 from feishu.discuss.arbitration import at_all_arbitrate
 from feishu.discuss.wake import discuss_wake_schedule, discuss_wakes_absorb, discuss_wakes_forget_message
+from feishu.inbound.chat_mode import chat_mode_annotate
+from feishu.inbound.edits import EVENT_EDITED, IGNORED_EDIT_UNKNOWN, ROUTE_EDITED, inbound_edit_apply
 from feishu.inbound.intake import (
     EventFinish,
     bot_cache_forget,
@@ -37,8 +39,6 @@ from threadcontext.services import (
     InboundMessage,
     thread_context_recall,
     thread_event_record_inbound,
-    workspace_chat_mode_is_due,
-    workspace_chat_mode_store,
     workspace_ensure,
     workspace_joined,
     workspace_retire,
@@ -64,6 +64,8 @@ ROUTE_WORKSPACE_RETIRED = "workspace_retired"
 ROUTE_RECALLED = "recalled"
 ROUTE_HANDOFF = "handoff"  # B1: another hub bot's answer @-mentions this bot
 ROUTE_ADDRESSED_ELSEWHERE = "addressed_elsewhere"  # B4: the message @-mentions other hub bots: theirs, no wake here
+# D2: an addressed message the catch-up read past the answer window: recorded, never answered (its event says so).
+ROUTE_MISSED = "this request arrived while the hub was down and was not answered"
 IGNORED_UNKNOWN_EVENT = "unknown_event"
 
 # The event types routing handles (the webhook stores exactly these, feishu.inbound.webhook.HANDLED_EVENT_TYPES).
@@ -90,6 +92,8 @@ class RouteResult:
             IGNORED_OTHER_APP,
             IGNORED_NOT_ALLOWED,
             IGNORED_UNKNOWN_EVENT,
+            IGNORED_EDIT_UNKNOWN,
+            ROUTE_MISSED,  # stored as ignored with its sentence: the console's inbound events show it
         )
 
 
@@ -164,6 +168,8 @@ def inbound_message_route(
     parsed = message_parse(payload)
     if parsed is None:
         return RouteResult(IGNORED_UNREADABLE)
+    annotations = payload.get(HUB_ANNOTATIONS_KEY)
+    missed = isinstance(annotations, dict) and annotations.get("missed") is True
     if bot_open_id is None:
         bot_open_id = bot_open_id_ensure(bot=bot)
     if not bot_open_id and bot.has_feishu_credentials and parsed.mentions and not parsed.is_direct:
@@ -178,7 +184,9 @@ def inbound_message_route(
     command = slash_command(text)
     if parsed.is_direct:
         return _direct_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command)
-    return _group_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, finish=finish)
+    return _group_message_route(
+        bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, finish=finish, missed=missed
+    )
 
 
 def _direct_message_route(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str) -> RouteResult:
@@ -193,7 +201,7 @@ def _direct_message_route(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, 
 
 
 def _group_message_route(
-    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, finish: EventFinish | None
+    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, finish: EventFinish | None, missed: bool
 ) -> RouteResult:
     """A group message: recorded as thread context, then a command, a turn (addressed), a discuss wake, or no more."""
     is_reply_to_bot = message_is_bot_output(bot=bot, feishu_message_id=parsed.parent_id)
@@ -226,6 +234,8 @@ def _group_message_route(
         return RouteResult(ROUTE_REPLY_OFF)
     if not policy.sender_is_allowed:
         return RouteResult(IGNORED_NOT_ALLOWED if addressed else ROUTE_RECORDED)
+    if missed:  # read by the catch-up past the answer window: too late to answer, or to open a wake
+        return RouteResult(ROUTE_MISSED if addressed else ROUTE_RECORDED)
     if addressed:
         if recorded.skipped_reason == "not_owner":
             return RouteResult(IGNORED_NOT_OWNER)  # owner_only: only the owner may trigger this bot (C2)
@@ -277,38 +287,27 @@ def _workspace_for(*, bot: Bot, chat_id: str) -> Workspace | None:
     return workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id)
 
 
-def chat_mode_annotate(*, bot: Bot, payload: dict) -> dict:
-    """G1: ensure the group's workspace and its chat mode (im.v1.chat.get, read once), and note on the stored
-    payload whether every message there is a topic, so routing, the wake and the turn key one timeline alike.
-
-    Makes HTTP calls: run it outside any transaction. Returns the payload (annotated when the mode is known).
-    """
-    event = payload.get("event")
-    message = event.get("message") if isinstance(event, dict) else None
-    if not isinstance(message, dict) or message.get("chat_type") != "group" or not message.get("chat_id"):
-        return payload
-    chat_id = str(message["chat_id"])
-    workspace = _workspace_for(bot=bot, chat_id=chat_id)
-    if workspace is None:
-        workspace, _ = workspace_ensure(bot_profile=bot.slug, chat_id=chat_id)
-    if bot.has_feishu_credentials and workspace_chat_mode_is_due(workspace=workspace):
-        try:
-            info = feishu_reads.chat_get(bot=bot, chat_id=chat_id)
-        except FeishuApiError as error:
-            logger.warning(
-                "feishu chat mode unreadable", extra={"bot": bot.slug, "chat_id": chat_id, "code": error.code}
-            )
-            workspace_chat_mode_store(workspace=workspace, chat_mode="", group_message_type="")
-        else:
-            workspace = workspace_chat_mode_store(
-                workspace=workspace,
-                chat_mode=info.chat_mode,
-                group_message_type=info.group_message_type,
-                name=info.name,
-            )
-    if not workspace.is_chat_mode_known:
-        return payload
-    return {**payload, HUB_ANNOTATIONS_KEY: {"chat_is_topic": workspace.is_topic_chat}}
+def _edit_route(*, bot: Bot, payload: dict, bot_open_id: str | None) -> RouteResult:
+    """O6: the edit's text replaces the old in context; an edit that newly addresses the bot starts its turn, once
+    (the turn is unique per bot and message: a second edit, or an edit of an answered request, starts none)."""
+    applied = inbound_edit_apply(
+        bot=bot, payload=payload, bot_open_id=bot_open_id_ensure(bot=bot) if bot_open_id is None else bot_open_id
+    )
+    if applied.outcome != ROUTE_EDITED or applied.parsed is None or applied.message is None:
+        return RouteResult(applied.outcome)
+    parsed, message = applied.parsed, applied.message
+    workspace = (
+        _workspace_for(bot=bot, chat_id=parsed.chat_id)
+        or workspace_ensure(bot_profile=bot.slug, chat_id=parsed.chat_id)[0]
+    )
+    policy = group_policy(bot=bot, workspace=workspace, parsed=parsed)
+    if policy.at_all_addresses:
+        message = dataclasses.replace(message, is_this_bot_addressed=True)
+    may_start = policy.reply_mode != REPLY_OFF and policy.sender_is_allowed and policy.sender_may_wake
+    if not message.is_this_bot_addressed or parsed.sender_type != "user" or not may_start:
+        return RouteResult(ROUTE_EDITED)
+    is_mention = parsed.mentions_open_id(applied.bot_open_id) or policy.at_all_addresses
+    return _addressed_turn_start(bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention)
 
 
 def inbound_event_route(
@@ -317,6 +316,8 @@ def inbound_event_route(
     """Route one stored event by its type: a message, a recall (G7), the bot added to or removed from a group (G2)."""
     if event_type in (EVENT_MESSAGE, ""):
         return inbound_message_route(bot=bot, payload=payload, bot_open_id=bot_open_id, finish=finish)
+    if event_type == EVENT_EDITED:
+        return _edit_route(bot=bot, payload=payload, bot_open_id=bot_open_id)
     event = payload.get("event")
     if not isinstance(event, dict):
         event = {}

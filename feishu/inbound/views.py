@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 # The modules, not their names: they are lazy (lark-oapi, feishu) and the URLconf is loaded by `manage.py check`.
 from feishu.channel import approvals as feishu_approvals
 from feishu.inbound import webhook as feishu_webhook
+from feishu.inbound.refusals import Reason, webhook_refusal_count, webhook_refusal_count_unknown
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +34,13 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
     if bot is None or not bot.feishu_verification_token:
         # Unknown, disabled and REST-only bots (without a verification token lark-oapi would accept unauthenticated
         # events) answer alike, so the webhook tells no one which slugs exist (issue 30, 9).
+        webhook_refusal_count_unknown(slug=bot_slug)
         return _no_webhook(bot_slug)
 
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:  # Django's request.body would raise on it (gunicorn refuses it before us)
+        webhook_refusal_count(bot=bot, reason=Reason.MALFORMED)
         return JsonResponse({"message": "Bad Content-Length header.", "extra": {}}, status=400)
     too_big = length > settings.FEISHU_MAX_BODY_BYTES
     body = b""
@@ -47,6 +50,7 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         except RequestDataTooBig:  # above DATA_UPLOAD_MAX_MEMORY_SIZE: Django refuses to read it
             too_big = True
     if too_big or len(body) > settings.FEISHU_MAX_BODY_BYTES:
+        webhook_refusal_count(bot=bot, reason=Reason.MALFORMED)
         limit = min(
             settings.FEISHU_MAX_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE or settings.FEISHU_MAX_BODY_BYTES
         )
@@ -59,6 +63,8 @@ def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
         body=body,
         max_age_seconds=settings.FEISHU_MAX_EVENT_AGE_SECONDS,
     )
+    if outcome.refusal:
+        webhook_refusal_count(bot=bot, reason=outcome.refusal)
     if outcome.card_action is not None:
         # H1: a verified button press, decided now (Feishu shows our answer's toast and card to the presser).
         try:

@@ -23,9 +23,10 @@ from agents.models import Bot
 from core.parsers import MAX_JSON_DEPTH, JsonTooDeepError, json_depth_exceeds, json_loads_bounded
 from core.text import storable_json
 from feishu.inbound.card_actions import FOREIGN_ANSWER, captured_card, card_capture, card_event_dict
+from feishu.inbound.edits import EVENT_EDITED, edit_dedupe_key
 from feishu.inbound.intake import inbound_event_store
 from feishu.inbound.signing import HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP
-from feishu.models import InboundEvent
+from feishu.models import InboundEvent, WebhookRefusal
 from feishu.outbound.sdk import (
     AESCipher,
     CustomizedEvent,
@@ -37,12 +38,14 @@ from feishu.outbound.sdk import (
 )
 
 logger = logging.getLogger(__name__)
+Reason = WebhookRefusal.Reason
 
 # The event types the bridge handles; every other type is acknowledged with 200 and ignored. Routing dispatches
 # on them (feishu.inbound.routing.inbound_event_route).
 HANDLED_EVENT_TYPES = (
     "im.message.receive_v1",
     "im.message.recalled_v1",  # G7: the message leaves thread context
+    "im.message.updated_v1",  # O6: the new text replaces the old (edits.EVENT_EDITED; no typed handler in 1.7.5)
     "im.chat.member.bot.added_v1",  # G2: the group's workspace is created (or restored)
     "im.chat.member.bot.deleted_v1",  # G2: ... and retired
 )
@@ -63,6 +66,7 @@ class WebhookOutcome:
     body: dict[str, Any]
     event: dict[str, Any] | None = None
     card_action: dict[str, Any] | None = None  # a verified button press: the view answers it (feishu.channel.approvals)
+    refusal: str = ""  # a WebhookRefusal.Reason when the request is refused (D3: counted per bot and reason)
 
 
 def webhook_bot_get(*, slug: str, now: float | None = None) -> Bot | None:
@@ -164,6 +168,8 @@ def event_dedupe_key(event: dict[str, Any]) -> str | None:
     if event_type == "im.message.recalled_v1":
         message_id = body.get("message_id")
         return f"recalled:{message_id}"[:64] if isinstance(message_id, str) and message_id else None
+    if event_type == EVENT_EDITED:
+        return edit_dedupe_key(body)  # one row per edit: "edited:" + the message id + its update time
     event_id = header.get("event_id")
     return f"event:{event_id}"[:64] if isinstance(event_id, str) and event_id else None
 
@@ -226,9 +232,13 @@ def event_field_refusal(*, event: dict[str, Any]) -> str | None:
     return None
 
 
-def _refused(status_code: int, reason: str) -> WebhookOutcome:
+def _refused(status_code: int, reason: str, refusal: str) -> WebhookOutcome:
     message = "Verification failed." if status_code == 401 else "Event could not be read."
-    return WebhookOutcome(status_code, {"message": message, "extra": {"reason": reason}})
+    return WebhookOutcome(status_code, {"message": message, "extra": {"reason": reason}}, refusal=refusal)
+
+
+def _malformed(message: str) -> WebhookOutcome:
+    return WebhookOutcome(400, {"message": message, "extra": {}}, refusal=Reason.MALFORMED)
 
 
 # lark-oapi's refusals are mapped to sentences of ours; its text (an exception's) never reaches a client.
@@ -237,16 +247,18 @@ SIGNATURE_HEADERS = (HEADER_TIMESTAMP, HEADER_NONCE, HEADER_SIGNATURE)
 
 def _lark_refusal(*, reason: str, bot: Bot, headers: dict[str, str]) -> WebhookOutcome:
     if reason.startswith("invalid verification_token"):
-        return _refused(401, "The verification token does not match this bot's.")
+        return _refused(401, "The verification token does not match this bot's.", Reason.WRONG_TOKEN)
     missing = [name for name in SIGNATURE_HEADERS if not headers.get(name)]
     if bot.feishu_encrypt_key and missing:
         # lark-oapi adds the headers up unchecked (a TypeError, or a mismatch for a missing signature): say which.
-        return _refused(401, f"The request has no {', '.join(missing)} header; Feishu signs every event.")
+        return _refused(
+            401, f"The request has no {', '.join(missing)} header; Feishu signs every event.", Reason.BAD_SIGNATURE
+        )
     if reason.startswith("signature verification failed"):
-        return _refused(401, "The signature does not match the body.")
+        return _refused(401, "The signature does not match the body.", Reason.BAD_SIGNATURE)
     if reason.startswith("encrypt_key not found"):
-        return _refused(400, "The body is encrypted but this bot has no encrypt key.")
-    return _refused(400, "The body is not a Feishu event.")
+        return _refused(400, "The body is encrypted but this bot has no encrypt key.", Reason.UNDECRYPTABLE)
+    return _refused(400, "The body is not a Feishu event.", Reason.MALFORMED)
 
 
 def _timestamp_is_stale(headers: dict[str, str], *, max_age_seconds: int, now: float) -> bool:
@@ -272,24 +284,24 @@ def webhook_handle(
     try:
         decoded = json_loads_bounded(body)
     except JsonTooDeepError:
-        return WebhookOutcome(400, {"message": f"Body is nested deeper than {MAX_JSON_DEPTH} levels.", "extra": {}})
+        return _malformed(f"Body is nested deeper than {MAX_JSON_DEPTH} levels.")
     except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
-        return WebhookOutcome(400, {"message": "Body is not JSON.", "extra": {}})
+        return _malformed("Body is not JSON.")
     if not isinstance(decoded, dict):
-        return WebhookOutcome(400, {"message": "Body is not a JSON object.", "extra": {}})
+        return _malformed("Body is not a JSON object.")
     encrypted = decoded.get("encrypt")
     if isinstance(encrypted, str) and encrypted and bot.feishu_encrypt_key:
         # Decrypted here too (microseconds) only to bound the plaintext's depth before lark-oapi parses it.
         try:
             plaintext = AESCipher(bot.feishu_encrypt_key).decrypt_str(encrypted)
         except ValueError:  # bad base64 (binascii.Error), length, padding or UTF-8
-            return _refused(400, "The body could not be decrypted with this bot's encrypt key.")
+            return _refused(400, "The body could not be decrypted with this bot's encrypt key.", Reason.UNDECRYPTABLE)
         if json_depth_exceeds(plaintext):
-            return WebhookOutcome(400, {"message": f"Body is nested deeper than {MAX_JSON_DEPTH} levels.", "extra": {}})
+            return _malformed(f"Body is nested deeper than {MAX_JSON_DEPTH} levels.")
 
     # Our policy, not lark-oapi's (it has no replay window): refuse an old timestamp (F1).
     if _timestamp_is_stale(headers, max_age_seconds=max_age_seconds, now=time.time() if now is None else now):
-        return WebhookOutcome(400, {"message": "Request timestamp is too old.", "extra": {}})
+        return WebhookOutcome(400, {"message": "Request timestamp is too old.", "extra": {}}, refusal=Reason.STALE)
 
     raw = RawRequest()
     raw.uri = path

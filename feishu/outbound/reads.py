@@ -23,7 +23,14 @@ from agents.models import Bot
 from feishu.outbound import client as feishu_client
 from feishu.outbound.api_errors import FeishuApiError, ResourceTooLarge
 from feishu.outbound.sandbox import MESSAGE_NOT_FOUND_CODE
-from feishu.outbound.sdk import AccessTokenType, BaseRequest, GetChatRequest, GetMessageRequest, HttpMethod
+from feishu.outbound.sdk import (
+    AccessTokenType,
+    BaseRequest,
+    GetChatRequest,
+    GetMessageRequest,
+    HttpMethod,
+    ListMessageRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -225,3 +232,33 @@ def _file_name(headers: Any) -> str:
         if name.lower() == "filename":
             return value.strip().strip('"')
     return ""
+
+
+# The list's page size: Feishu allows 50 per page.
+MESSAGE_LIST_PAGE_SIZE = 50
+
+
+def messages_list_page(
+    *, bot: Bot, chat_id: str, start_time: int, end_time: int, page_token: str = ""
+) -> tuple[list[Any], str]:
+    """One page of `im.v1.message.list` for a chat (seconds, oldest first): its items and the next page's token
+    ("" at the end). Issue 23 (D2): the catch-up reads what the hub missed with it."""
+    builder = (
+        ListMessageRequest.builder()
+        .container_id_type("chat")
+        .container_id(chat_id)
+        .start_time(str(start_time))
+        .end_time(str(end_time))
+        .sort_type("ByCreateTimeAsc")
+        .page_size(MESSAGE_LIST_PAGE_SIZE)
+    )
+    if page_token:
+        builder = builder.page_token(page_token)
+    request = builder.build()
+    response = feishu_client.feishu_call(
+        bot=bot, operation="message.list", call=lambda client: client.im.v1.message.list(request)
+    )
+    data = response.data
+    items = list(getattr(data, "items", None) or [])
+    more = bool(getattr(data, "has_more", False))
+    return items, (str(getattr(data, "page_token", "") or "") if more else "")

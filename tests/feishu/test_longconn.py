@@ -11,14 +11,14 @@ import time
 import pytest
 
 from agents.models import Bot, Turn
-from feishu.inbound.longconn import (
-    LongConnection,
+from feishu.inbound.longconn import LongConnection
+from feishu.inbound.signing import message_event_payload
+from feishu.inbound.supervisor import (
     LongConnectionBot,
     LongConnectionSupervisor,
     long_connection_bots_list,
     restart_delay_seconds,
 )
-from feishu.inbound.signing import message_event_payload
 from feishu.models import FeishuConnection, InboundEvent
 from tests.stubs.feishu_ws_server import FeishuWsStub
 

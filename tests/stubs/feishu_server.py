@@ -90,6 +90,8 @@ def route_of(method: str, path: str) -> str:
         return "token"
     if path == BOT_INFO_PATH:
         return "bot_info"
+    if path == MESSAGES_PATH and method == "GET":
+        return "list"  # im.v1.message.list (issue 23: catch-up)
     if path == MESSAGES_PATH and method == "POST":
         return "create"
     if path.startswith(MESSAGES_PATH + "/") and path.endswith("/reply"):
@@ -155,10 +157,13 @@ class FeishuStub:
         root_id: str = "",
         parent_id: str = "",
         thread_id: str = "",
+        create_time_ms: int | None = None,
+        mentions: list[dict[str, Any]] | None = None,
     ) -> None:
         body = content if content is not None else {"text": text}
         with self.lock:
             self.messages[message_id] = {
+                "create_time": str(create_time_ms if create_time_ms is not None else int(time.time() * 1000)),
                 "message_id": message_id,
                 "root_id": root_id,
                 "parent_id": parent_id,
@@ -173,8 +178,30 @@ class FeishuStub:
                     "sender_type": sender_type,
                 },
                 "body": {"content": json.dumps(body, ensure_ascii=False)},
-                "mentions": [],
+                "mentions": mentions or [],  # the list API's shape: {"key", "id", "id_type", "name"}
             }
+
+    def _list(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
+        """im.v1.message.list of a chat: its messages created within [start_time, end_time] (seconds), oldest
+        first, `page_size` per page, the page token being the next index."""
+
+        def arg(name: str, default: str = "") -> str:
+            return (request.query.get(name) or [default])[0]
+
+        start, end = int(arg("start_time", "0")) * 1000, int(arg("end_time", "9999999999")) * 1000 + 999
+        items = sorted(  # called by handle(), which holds the lock
+            (
+                m
+                for m in self.messages.values()
+                if m.get("chat_id") == arg("container_id") and start <= int(m.get("create_time") or 0) <= end
+            ),
+            key=lambda m: int(m.get("create_time") or 0),
+        )
+        first, size = int(arg("page_token", "0") or 0), int(arg("page_size", "20"))
+        page = items[first : first + size]
+        more = first + size < len(items)
+        data = {"has_more": more, "page_token": str(first + size) if more else "", "items": page}
+        return 200, {"code": 0, "msg": "success", "data": data}, {}
 
     def add_forward(self, *, message_id: str, children: list[dict[str, Any]], chat_id: str = "oc_chat") -> None:
         """A merge_forward and its children (`{"message_id", "text" | "msg_type" + "content", "sender_id"}`)."""
@@ -292,6 +319,8 @@ class FeishuStub:
             return 200, {"code": 0, "msg": "success", "data": {"items": [message, *children]}}, {}
         if route == "chat_get":
             return self._chat_get(request)
+        if route == "list":
+            return self._list(request)
         limited = self._rate_limited(request, route, app_id)
         if limited is not None:
             return limited

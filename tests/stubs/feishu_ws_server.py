@@ -93,6 +93,8 @@ class FeishuWsStub:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="feishu-ws-stub", daemon=True)
         self._connection: ServerConnection | None = None
+        self._silent: ServerConnection | None = None  # go_silent(): this connection hears and says nothing
+        self.refuse_endpoints = 0  # refuse_reconnects(n): the next n endpoint lookups answer "system busy"
         self._unsent: list[str] = []  # frame ids to push on the next connection
         self._ws_server = None
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._http_handler())
@@ -115,6 +117,8 @@ class FeishuWsStub:
         self._http.server_close()
 
         async def close() -> None:
+            if self._silent is not None:
+                self._silent.transport.abort()  # reading is paused: it would never finish a close handshake
             self._ws_server.close()
             if self._connection is not None:
                 await self._connection.close()
@@ -152,6 +156,24 @@ class FeishuWsStub:
 
         asyncio.run_coroutine_threadsafe(drop(), self._loop).result(timeout=10)
 
+    def go_silent(self) -> None:
+        """The connection stays open but goes deaf and dumb: no frame is read (no ping answered, not even the
+        websocket's own) and none is pushed; events pushed meanwhile wait for the next connection, as Feishu
+        keeps what it could not deliver. A new connection is served normally."""
+
+        async def silence() -> None:
+            self._silent = self._connection
+            if self._connection is not None:
+                self._connection.transport.pause_reading()
+
+        asyncio.run_coroutine_threadsafe(silence(), self._loop).result(timeout=10)
+
+    def refuse_reconnects(self, count: int) -> None:
+        """Answer the next `count` endpoint lookups with "system busy" (the SDK retries those, up to its
+        ReconnectCount: set client_config["ReconnectCount"] to make it give up)."""
+        with self._lock:
+            self.refuse_endpoints = count
+
     def wait_connections(self, count: int, *, timeout: float = 10.0) -> None:
         with self._lock:
             if not self._lock.wait_for(lambda: self.connections_accepted >= count and self._connection, timeout):
@@ -175,7 +197,7 @@ class FeishuWsStub:
     async def _push(self, frame_id: str) -> None:
         connection = self._connection
         event = self.events[frame_id]
-        if connection is None:
+        if connection is None or connection is self._silent:
             self._unsent.append(frame_id)
             return
         with self._lock:
@@ -229,6 +251,13 @@ class FeishuWsStub:
                     self._connection = None
                 self._lock.notify_all()
 
+    def _refusing(self) -> bool:
+        with self._lock:
+            if self.refuse_endpoints <= 0:
+                return False
+            self.refuse_endpoints -= 1
+            return True
+
     def _http_handler(self):
         stub = self
 
@@ -243,6 +272,8 @@ class FeishuWsStub:
                     answer: dict[str, Any] = {"code": 404, "msg": "not found"}
                 elif stub.app_secrets.get(app_id) != body.get("AppSecret"):
                     answer = {"code": 1000040345, "msg": "app_id or app_secret invalid"}  # a ClientException
+                elif stub._refusing():
+                    answer = {"code": 1, "msg": "system busy"}  # a ServerException: the SDK retries
                 else:
                     device = next(stub._ids)
                     answer = {

@@ -32,6 +32,7 @@ from threadcontext.services.collection import (
     thread_event_record_topic_root,
 )
 from threadcontext.services.decisions import context_decision_record
+from threadcontext.services.edits import EditResult, thread_context_edit
 from threadcontext.services.prompting import PreparedPrompt, context_prompt_prepare
 from threadcontext.services.recall import RecallResult, thread_context_recall
 from threadcontext.services.retention import (
@@ -92,6 +93,8 @@ __all__ = [
     "session_scope_key",
     "thread_context_prune",
     "thread_context_recall",
+    "thread_context_edit",
+    "EditResult",
     "thread_context_prune_if_due",
     "thread_event_record_agent_output",
     "thread_event_record_inbound",

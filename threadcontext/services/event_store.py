@@ -14,7 +14,7 @@ from core.columns import column_name
 from threadcontext.models import ThreadContextItem, ThreadEvent
 
 
-def _token_estimate(text: str) -> int:
+def token_estimate(text: str) -> int:
     # No tokenizer (the seed budgets in characters); a rough 4-chars-per-token figure for the item row.
     return (len(text) + 3) // 4
 
@@ -84,7 +84,7 @@ def thread_event_insert_once(
             root_msg_id=event.root_msg_id,
             bridge_id=event.bridge_id,
             message_id=event.message_id,
-            token_estimate=_token_estimate(item["text"]),
+            token_estimate=token_estimate(item["text"]),
             **item,
         )
     if connection.vendor == "postgresql":  # one statement: atomic without a transaction of its own

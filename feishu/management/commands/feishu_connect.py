@@ -6,22 +6,13 @@ feishu.inbound.longconn for why one process per app). Runs until SIGTERM or Ctrl
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from feishu.inbound.longconn import (
-    LongConnectionSupervisor,
-    long_connection_bots_list,
-    long_connection_child_run,
-)
-
-
-def child_command_for(*, manage_py: str) -> Callable[[int], list[str]]:
-    """The command line of one bot's child: this interpreter, this manage.py, the hidden --child option."""
-    return lambda bot_pk: [sys.executable, manage_py, "feishu_connect", "--child", str(bot_pk)]
+from feishu.inbound.longconn import long_connection_child_run
+from feishu.inbound.supervisor import LongConnectionSupervisor, child_command_for, long_connection_bots_list
 
 
 class Command(BaseCommand):

@@ -1,0 +1,144 @@
+"""D2 (partial, issue 23): catch up with what the hub missed, read with `im.v1.message.list`.
+
+For each group the bot heard from in the last CATCHUP_LOOKBACK, the chat's messages from the newest event the
+bot stored (at most the lookback back) to now are read page by page and stored through the same intake as a
+pushed event (`captured_event_store`: the dedupe on message_id makes a message both listed and redelivered by
+Feishu one row, whichever comes first). A listed message carries the hub annotation `backfilled`; an addressed
+one older than AMUX_BACKFILL_ANSWER_WINDOW_SECONDS also `missed`, and routing records it without answering
+(the inbound event says "this request arrived while the hub was down and was not answered").
+
+Triggers: the bot page's "catch up" action, and a long connection back after a gap (its child enqueues
+feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects). Not built: the trigger at a
+hub start after an outage (AMUX_BACKFILL_AFTER_SECONDS), topic threads as containers, DMs, and pacing within the
+send budget's app share (the reads go through feishu_call's rate-limit handling only).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from agents.models import Bot
+from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY
+from feishu.inbound.webhook import captured_event_store
+from feishu.models import InboundEvent
+from feishu.outbound import reads as feishu_reads
+from threadcontext.models import ThreadEvent
+
+logger = logging.getLogger(__name__)
+
+CATCHUP_LOOKBACK = timedelta(hours=24)
+MISSED_KEY = "missed"
+MISSED_TEXT = "this request arrived while the hub was down and was not answered"
+
+
+@dataclass(frozen=True)
+class CatchupResult:
+    chats: int
+    read: int
+    stored: int
+    seconds: float
+
+
+def _active_chats(*, bot: Bot, since) -> list[str]:
+    rows = ThreadEvent.objects.filter(bridge_id=bot.bridge_id, created_at__gte=since).values_list("chat_id", flat=True)
+    return sorted(set(rows))
+
+
+def listed_message_event(*, bot: Bot, item: Any, missed: bool) -> dict[str, Any]:
+    """A listed message as the receive event Feishu would have pushed (pure): the list's mention ids are
+    strings, the event's are objects; the sender's id is an open_id for people."""
+    sender = item.sender
+    mentions = [
+        {"key": m.key or "", "id": {"open_id": m.id or ""}, "name": m.name or ""} for m in (item.mentions or [])
+    ]
+    message = {
+        "message_id": item.message_id,
+        "create_time": item.create_time or "",
+        "chat_id": item.chat_id,
+        "chat_type": "group",
+        "message_type": item.msg_type or "text",
+        "content": (item.body.content if item.body else "") or "",
+        "root_id": item.root_id or "",
+        "parent_id": item.parent_id or "",
+        "thread_id": item.thread_id or "",
+        "mentions": mentions,
+    }
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": f"catchup:{item.message_id}"[:64],
+            "event_type": "im.message.receive_v1",
+            "create_time": item.create_time or "",
+            "app_id": bot.feishu_app_id,
+            "tenant_key": "",
+        },
+        "event": {
+            "message": message,
+            "sender": {
+                "sender_id": {"open_id": (sender.id if sender else "") or ""},
+                "sender_type": (sender.sender_type if sender else "") or "user",
+            },
+        },
+        HUB_ANNOTATIONS_KEY: {"backfilled": True, MISSED_KEY: missed},
+    }
+
+
+# How many of the newest stored messages are looked at for the newest create time (a retry of an old message
+# may be the newest row: its create time, not its arrival, says how far the hub has heard).
+NEWEST_SCAN_ROWS = 500
+
+
+def _newest_stored_message_at(*, bot: Bot, now: datetime) -> datetime:
+    """When the newest message the bot stored was sent (Feishu's create_time), or the lookback's start."""
+    times = (
+        InboundEvent.objects.filter(
+            bot=bot, event_type="im.message.receive_v1", received_at__gte=now - CATCHUP_LOOKBACK
+        )
+        .order_by("-id")
+        .values_list("payload__event__message__create_time", flat=True)[:NEWEST_SCAN_ROWS]
+    )
+    stamps = [int(value) for value in times if str(value).isdigit()]
+    return datetime.fromtimestamp(max(stamps) / 1000, tz=UTC) if stamps else now - CATCHUP_LOOKBACK
+
+
+def catchup_run(*, bot: Bot) -> CatchupResult:
+    """Read and store what the bot missed in its active groups (see the module docstring)."""
+    started = time.perf_counter()
+    now = timezone.now()
+    since = max(_newest_stored_message_at(bot=bot, now=now), now - CATCHUP_LOOKBACK)
+    window_ms = settings.AMUX_BACKFILL_ANSWER_WINDOW_SECONDS * 1000
+    now_ms = int(now.timestamp() * 1000)
+    chats = _active_chats(bot=bot, since=now - CATCHUP_LOOKBACK)
+    read = 0
+    before = InboundEvent.objects.filter(bot=bot).count()
+    for chat_id in chats:
+        token = ""
+        while True:
+            items, token = feishu_reads.messages_list_page(
+                bot=bot,
+                chat_id=chat_id,
+                start_time=int(since.timestamp()),
+                end_time=int(now.timestamp()),
+                page_token=token,
+            )
+            for item in items:
+                read += 1
+                if getattr(item, "deleted", False):
+                    continue
+                missed = now_ms - int(item.create_time or now_ms) > window_ms
+                event = json.loads(json.dumps(listed_message_event(bot=bot, item=item, missed=missed)))
+                captured_event_store(bot=bot, event=event)  # a message stored already is found, not stored again
+            if not token:
+                break
+    stored = InboundEvent.objects.filter(bot=bot).count() - before
+    seconds = time.perf_counter() - started
+    logger.info("feishu catch-up done", extra={"bot": bot.slug, "chats": len(chats), "read": read, "stored": stored})
+    return CatchupResult(chats=len(chats), read=read, stored=stored, seconds=seconds)

@@ -1,0 +1,137 @@
+"""D2 (partial): the admin's "catch up" reads a group's messages with im.v1.message.list (the real lark-oapi client
+against the Feishu stub) and stores what the hub missed through the same intake: each message once, even when
+Feishu's retry delivers it too; a recent @ is answered once, an older one is recorded as missed."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.test import TestCase
+from django.utils import timezone
+
+from agents.models import Bot, Turn
+from feishu.inbound.longconn import LongConnection
+from feishu.inbound.routing import ROUTE_MISSED
+from feishu.inbound.signing import message_event_payload
+from feishu.models import InboundEvent
+from tests.feishu.conftest import bot_open_id
+from tests.stubs.feishu_ws_server import FeishuWsStub
+
+CHAT = "oc_busy_group"
+
+
+def _catch_up(admin_client, bot):
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return admin_client.post("/admin/agents/bot/", {"action": "catch_up", "_selected_action": [bot.pk]})
+
+
+def _mention(bot) -> list[dict]:
+    return [{"key": "@_user_1", "id": bot_open_id(bot), "id_type": "open_id", "name": bot.name}]
+
+
+@pytest.mark.django_db
+def test_d2_catch_up_stores_each_missed_message_once_answers_a_recent_at_and_marks_an_old_one(
+    admin_client, feishu, make_feishu_bot, settings
+):
+    # given a group the bot heard from, whose last stored event is 30 minutes old (the hub was down since)
+    bot = make_feishu_bot(reply_format="text", receipt_emoji="")
+    feishu.say(bot, text="morning all", chat_id=CHAT, message_id="om_seen")
+    seen = InboundEvent.objects.get(bot=bot)
+    seen.payload["event"]["message"]["create_time"] = str(
+        int((timezone.now() - timedelta(minutes=30)).timestamp() * 1000)
+    )
+    seen.save(update_fields=["payload"])
+    now_ms = int(time.time() * 1000)
+    old_ms = now_ms - (settings.AMUX_BACKFILL_ANSWER_WINDOW_SECONDS + 300) * 1000
+    stub = feishu.stub
+    stub.add_message(
+        message_id="om_old_at",
+        chat_id=CHAT,
+        text="@_user_1 still there?",
+        create_time_ms=old_ms,
+        mentions=_mention(bot),
+        sender_id="ou_alice",
+    )
+    stub.add_message(
+        message_id="om_chat", chat_id=CHAT, text="lunch?", create_time_ms=now_ms - 60_000, sender_id="ou_bob"
+    )
+    stub.add_message(
+        message_id="om_recent_at",
+        chat_id=CHAT,
+        text="@_user_1 status please",
+        create_time_ms=now_ms - 30_000,
+        mentions=_mention(bot),
+        sender_id="ou_alice",
+    )
+
+    # when the operator presses "catch up" (twice: a second run finds nothing new)
+    first = _catch_up(admin_client, bot)
+    _catch_up(admin_client, bot)
+    # and Feishu's own retries of a listed message arrive after it (webhook back up): stored once all the same
+    feishu.say(bot, text="lunch?", chat_id=CHAT, message_id="om_chat", sender="ou_bob")
+    feishu.say(bot, text="lunch?", chat_id=CHAT, message_id="om_chat", sender="ou_bob")
+
+    # then every message is stored once
+    assert first.status_code == 302
+    stored = sorted(InboundEvent.objects.filter(bot=bot).values_list("message_id", flat=True))
+    assert stored == ["om_chat", "om_old_at", "om_recent_at", "om_seen"]
+    # the recent @ is answered once, the old one recorded as missed and not answered
+    assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_recent_at"]
+    assert len(stub.sent) == 1
+    missed = InboundEvent.objects.get(bot=bot, message_id="om_old_at")
+    assert (missed.status, missed.error) == ("ignored", ROUTE_MISSED)
+    assert ROUTE_MISSED == "this request arrived while the hub was down and was not answered"
+    listed = stub.requests_to("list")
+    assert listed and all(r.query["container_id"] == [CHAT] for r in listed)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not_deliver(
+    feishu_stub, make_feishu_bot, settings
+):
+    # given a long-connection bot that heard one group message
+    stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
+    settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
+    bot = make_feishu_bot(feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION, reply_format="text", receipt_emoji="")
+    stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
+    connection = LongConnection(bot=bot)
+    thread = threading.Thread(target=connection.run, daemon=True)
+    thread.start()
+    try:
+        stub.wait_connections(1)
+        heard = message_event_payload(
+            verification_token=bot.feishu_verification_token,
+            app_id=bot.feishu_app_id,
+            message_id="om_heard",
+            chat_id=CHAT,
+            text="hello",
+            sender_open_id="ou_alice",
+        )
+        stub.wait_acked([stub.push(heard)])
+        # when the connection drops and an @ is said meanwhile that the long connection never delivers
+        stub.drop()
+        feishu_stub.add_message(
+            message_id="om_said_while_away",
+            chat_id=CHAT,
+            text="@_user_1 you there?",
+            mentions=_mention(bot),
+            sender_id="ou_alice",
+        )
+        stub.wait_connections(2, timeout=15)
+        deadline = time.monotonic() + 20
+        while not Turn.objects.filter(bot=bot).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        connection.flush()
+        # then the catch-up stored it once and it was answered once
+        assert list(InboundEvent.objects.filter(bot=bot).order_by("id").values_list("message_id", flat=True)) == [
+            "om_heard",
+            "om_said_while_away",
+        ]
+        assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
+        assert len(feishu_stub.sent) == 1
+    finally:
+        connection.stop()
+        thread.join(timeout=15)
+        stub.stop()
