@@ -15,6 +15,7 @@ HEALTH_CAUSES = {
     "failing_closed": _("failing closed"),
     "turns_failing": _("turns failing"),
     "deliveries_failing": _("deliveries failing"),
+    "webhook_refused": _("webhook requests refused"),
     "feishu_not_set_up": _("no Feishu app yet"),
 }
 HEALTH_SENTENCES = {
@@ -24,6 +25,10 @@ HEALTH_SENTENCES = {
     "failing_closed": _("The discuss gate failed closed in the last 24 hours: the bot stayed silent."),
     "turns_failing": _("Turns failed in the last 24 hours: see their errors."),
     "deliveries_failing": _("Replies were not delivered to Feishu in the last 24 hours: see why."),
+    "webhook_refused": _(
+        "Feishu's requests to this bot's webhook were refused in the last 24 hours (wrong token, key or signature?):"
+        " see the reasons on the bot page and compare the credentials."
+    ),
     "feishu_not_set_up": _("No Feishu app and no event received: follow the setup page."),
 }
 # The gate's outcomes in words (A9); the code stays beside them in small print.
@@ -36,7 +41,8 @@ OUTCOME_WORDS = {
     "disabled": _("gate off"),
 }
 # Problems that leave the bot working (yellow) rather than broken (red).
-WARNINGS = frozenset({"feishu_not_set_up"})
+# Refused webhook requests (D3) are a warning: an outsider's requests are refused too, while the bot works.
+WARNINGS = frozenset({"feishu_not_set_up", "webhook_refused"})
 HEALTHY = "healthy"
 
 
@@ -60,6 +66,8 @@ class HealthInputs:
     connection_down: bool = False
     # An event was received (webhook or long connection) in the last 7 days.
     events_recent: bool = False
+    # A webhook request for this bot was refused in the last 24 hours (D3: bad signature, wrong token, ...).
+    webhook_refused_24h: bool = False
 
 
 def health_causes(inputs: HealthInputs) -> list[str]:
@@ -72,6 +80,7 @@ def health_causes(inputs: HealthInputs) -> list[str]:
         "failing_closed": inputs.failed_closed_24h > 0,
         "turns_failing": inputs.failed_turns_24h > 0,
         "deliveries_failing": inputs.failed_deliveries_24h > 0,
+        "webhook_refused": inputs.webhook_refused_24h,
         "feishu_not_set_up": inputs.credentials == Credentials.MISSING and not inputs.events_recent,
     }
     return [cause for cause in HEALTH_CAUSES if holds[cause]]

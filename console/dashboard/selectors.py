@@ -40,7 +40,7 @@ from console.dashboard.health import (
     stacked_bars,
 )
 from console.dashboard.latency import turn_latencies
-from feishu.models import FeishuConnection, FeishuCredentialCheck, InboundEvent, OutboundDelivery
+from feishu.models import FeishuConnection, FeishuCredentialCheck, InboundEvent, OutboundDelivery, WebhookRefusal
 from probe.models import ProbeJudgement
 
 DAYS = 7
@@ -171,6 +171,7 @@ class _Totals:
     last_event_at: dict[int, datetime] = field(default_factory=dict)  # within the last DAYS days
     credential_checks: dict[int, FeishuCredentialCheck] = field(default_factory=dict)
     connections: dict[int, FeishuConnection] = field(default_factory=dict)
+    refused_24h: set[int] = field(default_factory=set)  # bots with a webhook request refused in the last 24 h (D3)
 
 
 # The scans below read each table's 7 day window once, grouped by (bot, day, within 24 h, status or outcome):
@@ -222,7 +223,7 @@ def _judgements_add(*, totals: _Totals, window: _Window) -> None:
 
 
 def _totals_get(*, window: _Window) -> _Totals:
-    """The front page's numbers for every bot: seven queries, whatever the data size (one row per bot at most in
+    """The front page's numbers for every bot: eight queries, whatever the data size (one row per bot at most in
     the credential checks and connections)."""
     totals = _Totals()
     _turns_add(totals=totals, window=window)
@@ -242,6 +243,10 @@ def _totals_get(*, window: _Window) -> _Totals:
     )
     totals.credential_checks = {check.bot_id: check for check in FeishuCredentialCheck.objects.all()}
     totals.connections = {connection.bot_id: connection for connection in FeishuConnection.objects.all()}
+    # One row per bot and reason at most (feishu.WebhookRefusal is bounded).
+    totals.refused_24h = set(
+        WebhookRefusal.objects.filter(last_at__gte=window.since_day, bot__isnull=False).values_list("bot_id", flat=True)
+    )
     return totals
 
 
@@ -286,6 +291,7 @@ def _cause_urls(*, bot: Bot, window: _Window, links: _AdminLinks, delivery_faile
         "credentials_refused": setup,
         "connection_down": setup,
         "feishu_not_set_up": setup,
+        "webhook_refused": links.change(links.bots, bot.pk) + "#bot-webhook-refusals",
         "provider_test_failed": links.change(links.providers, bot.primary_model.provider.pk),
         "failing_closed": links.judgements_of(bot, window, outcome__in=",".join(FAILED_CLOSED)),
         "turns_failing": links.turns_of(bot, window, status__exact=Turn.Status.FAILED),
@@ -330,6 +336,7 @@ def _bot_row(*, bot: Bot, window: _Window, links: _AdminLinks, totals: _Totals) 
             credentials=credentials_state(bot, totals.credential_checks.get(bot.pk)),
             connection_down=connection_down(bot, totals.connections.get(bot.pk)),
             events_recent=bot.pk in totals.last_event_at,
+            webhook_refused_24h=bot.pk in totals.refused_24h,
         )
     )
     cause_urls = _cause_urls(

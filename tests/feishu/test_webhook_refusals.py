@@ -90,3 +90,20 @@ def test_d3_the_bot_page_shows_each_reason_with_its_count_and_last_time(admin_cl
     page = response.content.decode()
     assert [(r.reason, r.count) for r in response.context["bot_overview"].refusals] == [("wrong_token", 2)]
     assert 'data-refusal="wrong_token">Wrong verification token: 2 (last at ' in page
+
+
+def test_d3_a_refused_request_is_a_health_warning_linking_to_the_counts(admin_client, feishu, make_feishu_bot):
+    # given a bot whose app posts with a token the hub does not know (a misconfigured app)
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+    feishu.post(bot, {**payload, "header": {**payload["header"], "token": "forged"}})
+
+    # when the operator opens the bot's page
+    response = admin_client.get(f"/admin/agents/bot/{bot.pk}/change/")
+
+    # then its health says so in a sentence, as a warning, with the link to the counts on that page
+    row = response.context["bot_overview"].health
+    cause = next(cause for cause in row.causes if cause[0] == "webhook_refused")
+    assert "were refused in the last 24 hours" in cause[1]
+    assert cause[2] == f"/admin/agents/bot/{bot.pk}/change/#bot-webhook-refusals"
+    assert 'id="bot-webhook-refusals"' in response.content.decode()
