@@ -32,6 +32,10 @@ class TurnOutputSerializer(serializers.ModelSerializer):
     bot: serializers.SlugRelatedField[Bot] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     reply = MessageOutputSerializer(source="reply_message", allow_null=True)
     duration_ms = serializers.IntegerField(allow_null=True)
+    # Queue mode collect (O2): a skipped turn names the turn whose reply answered its message, and that turn lists
+    # the turns it answered besides its own.
+    answered_by = serializers.SerializerMethodField()
+    answers_also = serializers.SerializerMethodField()
 
     class Meta:
         model = Turn
@@ -51,8 +55,17 @@ class TurnOutputSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "duration_ms",
+            "answered_by",
+            "answers_also",
         ]
         read_only_fields = fields
+
+    def get_answered_by(self, turn: Turn) -> int | None:
+        collected_into = (turn.channel_state or {}).get("collected_into")
+        return int(collected_into) if collected_into is not None else None
+
+    def get_answers_also(self, turn: Turn) -> list[int]:
+        return [int(turn_id) for turn_id in (turn.channel_state or {}).get("collected", [])]
 
 
 def thread_post_refusal(*, thread: Thread) -> str | None:

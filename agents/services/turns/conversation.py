@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 # Turns a collecting turn may answer: a person's request to this bot, never a discuss wake or an automation run.
 COLLECTABLE_TRIGGERS = frozenset({Turn.Trigger.MENTION, Turn.Trigger.REPLY, Turn.Trigger.DM, Turn.Trigger.REST})
+# Channels whose prompt joins the collected requests (model_input.turn_user_prompt reads them from the turns).
+COLLECTING_CHANNELS = frozenset({Thread.Channel.REST})
 ACTIVE_STATUSES = (Turn.Status.RUNNING, Turn.Status.REPLIED)
 COLLECTED_REASON = "Answered together with the other messages of turn {turn_id} (queue mode collect)."
 
@@ -117,6 +119,8 @@ def turns_collect(*, turn: Turn) -> list[int]:
     request (queue mode collect or steer), oldest first, each marked skipped and linked to it."""
     if turn.trigger not in COLLECTABLE_TRIGGERS or turn.bot.queue_mode == Bot.QueueMode.FOLLOWUP:
         return []
+    if turn.thread.channel not in COLLECTING_CHANNELS:
+        return []  # the Feishu channel does not join several messages into one prompt yet: one turn each
     waiting = list(
         Turn.objects.filter(
             thread_id=turn.thread_id,
