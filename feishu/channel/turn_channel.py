@@ -72,7 +72,7 @@ from feishu.outbound.replies import (
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from threadcontext.rendering import prompt_render, request_is_submittable
-from threadcontext.selectors import workspace_cached_get
+from threadcontext.selectors import context_items_up_to, workspace_cached_get
 from threadcontext.services import (
     ContextRequest,
     context_prompt_prepare,
@@ -176,6 +176,10 @@ class FeishuChannel(TurnChannel):
                 root_msg_id=parsed.root_msg_id,
                 message_id=parsed.message_id,
                 request_text=request_text,
+                # O3: what had arrived when the request was made; later messages wait for their own turn.
+                up_to_item_id=context_items_up_to(
+                    chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, arrived_by=turn.queued_at
+                ),
             ),
             topic_root_prompt_delivered=binding.topic_root_prompt_delivered if binding is not None else True,
             quoted_text=quoted_text,
