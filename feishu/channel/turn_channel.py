@@ -46,6 +46,13 @@ from agents.services.turns.channels import AutomationChannel, StreamSink, failur
 from core.redaction import redact
 from core.text import TranslatableText
 from feishu.channel.attachments import turn_attachments_fetch
+from feishu.channel.collected import (
+    collected_receipts_add,
+    collected_receipts_fail,
+    collected_receipts_remove,
+    reply_target,
+    request_text_with_collected,
+)
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
 from feishu.inbound.messages import (
@@ -146,7 +153,9 @@ class FeishuChannel(TurnChannel):
         turn_redactions_add(turn_id=turn.pk, count=redaction.count)
         # Each part within its share of the window (issue 30, finding 6); assembly fits the whole prompt.
         window = bot.primary_model.context_window or DEFAULT_CONTEXT_WINDOW_TOKENS
-        request_text = text_within_tokens(redaction.text, max_tokens=window // 2, what="the message")
+        # Queue mode collect (O2): the messages that waited for this turn join its request, oldest first.
+        joined = request_text_with_collected(turn=turn, bot=bot, own_text=redaction.text, secrets=secrets)
+        request_text = text_within_tokens(joined, max_tokens=window // 2, what="the message")
         quoted_text = self._quoted_text(bot=bot, parsed=parsed, secrets=secrets)
         if isinstance(quoted_text, Skip):
             return quoted_text
@@ -226,6 +235,7 @@ class FeishuChannel(TurnChannel):
         parsed = source_parsed(turn=turn)
         if parsed is not None:
             receipt_add(turn=turn, parsed=parsed)
+            collected_receipts_add(turn=turn)
 
     def stream_sink(self, *, turn: Turn) -> StreamSink | None:
         bot = turn.bot
@@ -234,25 +244,27 @@ class FeishuChannel(TurnChannel):
         parsed = source_parsed(turn=turn)
         if parsed is None:
             return None
-        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=parsed), secrets=hub_secrets())
+        target = reply_target(turn=turn, own=parsed)
+        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=target), secrets=hub_secrets())
 
     def deliver(self, *, turn: Turn, reply: Message) -> None:
         bot = turn.bot
         parsed = source_parsed(turn=turn)
         if parsed is None:
             raise DeliveryPermanent("The Feishu message of this turn is no longer stored.")
+        target = reply_target(turn=turn, own=parsed)  # the newest message it answers (O2 collect)
         state = stream_state_get(turn=turn)
         if state.card_id or state.is_fallback:
             # A card was started while the model streamed (or Feishu refused it): finish it with the whole reply.
-            message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=parsed, text=reply.content))
+            message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=target, text=reply.content))
         else:
             rows = deliveries_prepare(
                 outgoing=OutgoingText(
                     bot=bot,
                     turn=turn,
                     chat_id=parsed.chat_id,
-                    reply_to_message_id=parsed.message_id,
-                    reply_in_thread=parsed.is_in_topic,
+                    reply_to_message_id=target.message_id,
+                    reply_in_thread=target.is_in_topic,
                     text=reply.content,
                     source_message_id=turn.source_message_id,
                     reply_format=_reply_format(bot),
@@ -275,13 +287,17 @@ class FeishuChannel(TurnChannel):
             # C8: only now, after the reply whose prompt really held the root was delivered.
             session_binding_mark_topic_root_delivered(binding_id=binding_id)
         receipt_remove(turn=turn, parsed=parsed)
+        collected_receipts_remove(turn=turn)
 
     def failed(self, *, turn: Turn, status: str) -> None:
         parsed = source_parsed(turn=turn)
         if parsed is None:
             return
         receipt_fail(turn=turn, parsed=parsed)
-        if stream_card_close_with_notice(turn=turn, parsed=parsed, text=failure_notice_text(status=status)):
+        collected_receipts_fail(turn=turn)
+        if stream_card_close_with_notice(
+            turn=turn, parsed=reply_target(turn=turn, own=parsed), text=failure_notice_text(status=status)
+        ):
             return
         super().failed(turn=turn, status=status)
 

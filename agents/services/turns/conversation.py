@@ -39,8 +39,9 @@ logger = logging.getLogger(__name__)
 
 # Turns a collecting turn may answer: a person's request to this bot, never a discuss wake or an automation run.
 COLLECTABLE_TRIGGERS = frozenset({Turn.Trigger.MENTION, Turn.Trigger.REPLY, Turn.Trigger.DM, Turn.Trigger.REST})
-# Channels whose prompt joins the collected requests (model_input.turn_user_prompt reads them from the turns).
-COLLECTING_CHANNELS = frozenset({Thread.Channel.REST})
+# Channels whose prompt joins the collected requests (REST: model_input.turn_user_prompt; Feishu:
+# feishu.channel.collected); an automation's runs are never collected.
+COLLECTING_CHANNELS = frozenset({Thread.Channel.REST, Thread.Channel.FEISHU})
 ACTIVE_STATUSES = (Turn.Status.RUNNING, Turn.Status.REPLIED)
 COLLECTED_REASON = "Answered together with the other messages of turn {turn_id} (queue mode collect)."
 
@@ -120,7 +121,7 @@ def turns_collect(*, turn: Turn) -> list[int]:
     if turn.trigger not in COLLECTABLE_TRIGGERS or turn.bot.queue_mode == Bot.QueueMode.FOLLOWUP:
         return []
     if turn.thread.channel not in COLLECTING_CHANNELS:
-        return []  # the Feishu channel does not join several messages into one prompt yet: one turn each
+        return []
     waiting = list(
         Turn.objects.filter(
             thread_id=turn.thread_id,

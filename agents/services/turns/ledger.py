@@ -136,8 +136,11 @@ def turn_prepared_store(
             prompt=prompt if prompt and prompt != content else "",
             author=author,
         )
+        # Merged, not replaced: the claim may have noted the turns this one collected (conversation.turns_collect).
         won = Turn.objects.filter(pk=turn.pk, user_message__isnull=True).update(
-            user_message=message, context_decision_id=context_decision_id, channel_state=channel_state
+            user_message=message,
+            context_decision_id=context_decision_id,
+            channel_state=JSONKeysReplaced("channel_state", channel_state) if channel_state else F("channel_state"),
         )
         if not won:
             transaction.set_rollback(True)  # another run recorded its prompt first: ours goes
@@ -145,7 +148,7 @@ def turn_prepared_store(
         return Turn.objects.select_related("user_message", "thread", "bot__primary_model__provider").get(pk=turn.pk)
     turn.user_message = message
     turn.context_decision_id = context_decision_id
-    turn.channel_state = channel_state
+    turn.channel_state = {**(turn.channel_state or {}), **channel_state}
     return turn
 
 
