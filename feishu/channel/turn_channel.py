@@ -53,6 +53,7 @@ from feishu.channel.collected import (
     reply_target,
     request_text_with_collected,
 )
+from feishu.channel.discuss_context import discuss_prompt_with_transcript
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
 from feishu.inbound.messages import (
@@ -197,9 +198,10 @@ class FeishuChannel(TurnChannel):
         )
         if not prepared.is_submittable:
             return Skip(reason="Empty request.")
+        prompt = discuss_prompt_with_transcript(turn=turn, decision=prepared.decision, prompt=prepared.prompt)
         return Prepared(
-            content=request_text or prepared.prompt,
-            prompt=prepared.prompt,
+            content=request_text or prompt,
+            prompt=prompt,
             author=parsed.sender_open_id,
             context_decision_id=prepared.decision.pk,
             channel_state={

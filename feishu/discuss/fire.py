@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agents.llm.base import ChatMessage
 from agents.models import Bot, Thread, Turn
+from feishu.channel.discuss_context import discuss_transcript_note
 from feishu.channel.turn_channel import feishu_turn_start
 from feishu.discuss.wake import MAX_ATTEMPTS, discuss_wake_end, discuss_wake_fire_enqueue, discuss_wakes_claimable
 from feishu.inbound.messages import inbound_message_build
@@ -175,6 +176,9 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
             # the wake's message is not stored, or its session was retired (the user was told to start anew)
             discuss_wake_end(wake=wake, status=DiscussWake.Status.DONE, error="no turn started")
             return FIRE_NO_SOURCE
+        # O5: the primary sees what the judge saw (an ungated bot: what a judge would have seen).
+        seen = transcript or discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id)
+        discuss_transcript_note(turn=turn, transcript=seen)
         wake.turn = turn
         discuss_wake_end(wake=wake, status=DiscussWake.Status.DONE, error="", extra=["turn"])
         ProbeJudgement.objects.filter(pk=gate.judgement.pk).update(turn=turn, thread_id=turn.thread_id)
