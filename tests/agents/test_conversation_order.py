@@ -22,7 +22,10 @@ from tests.stubs.llm_servers import LLMStubServer, RecordedRequest, StubResponse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SLOW_SECONDS = 1.5
+# A held answer comes back once the test releases it (at most this long): the in-memory test database (SQLite's
+# shared cache) refuses a second writer at the same instant instead of waiting as a file database does, so the
+# test keeps the writers apart in time; the model calls themselves still race.
+HOLD_SECONDS = 30
 QUESTIONS = ("draft a plan in three steps", "now list the risks", "and a timeline")
 
 
@@ -30,12 +33,14 @@ def answer_of(request: RecordedRequest) -> str:
     return "answer to: " + request.json["messages"][-1]["content"].replace("\n\n", " + ")
 
 
-def slow_first(stub: LLMStubServer, *, slow_for: set[str]) -> None:
-    """The model answers each request with what it answers; slowly when the request is one of `slow_for`."""
+def held_answers(stub: LLMStubServer, *, held: dict[str, threading.Event]) -> None:
+    """The model answers each request with what it answers; a request for one of `held` waits for its event."""
 
     def respond(request: RecordedRequest) -> StubResponse:
-        delay = SLOW_SECONDS if request.json["messages"][-1]["content"] in slow_for else 0.0
-        return StubResponse(body=openai_chat_body(text=answer_of(request)), delay_seconds=delay)
+        release = held.get(request.json["messages"][-1]["content"])
+        if release is not None:
+            release.wait(timeout=HOLD_SECONDS)
+        return StubResponse(body=openai_chat_body(text=answer_of(request)), delay_seconds=0.2)
 
     stub.respond_with("openai_chat", respond)
 
@@ -68,6 +73,8 @@ def in_background(target) -> threading.Thread:
 
 def post_three_quickly(llm_stub, bot: Bot, thread) -> list[int]:
     """The first message, then the two others 0.3 s apart while the model is still on the first; the turn ids."""
+    release = threading.Event()
+    held_answers(llm_stub, held={QUESTIONS[0]: release})
     first: list[int] = []
     worker = in_background(lambda: first.append(post(bot, thread, QUESTIONS[0])))
     wait_for(lambda: llm_stub.requests_for("openai_chat"), what="the first model call", timeout=30)
@@ -75,6 +82,8 @@ def post_three_quickly(llm_stub, bot: Bot, thread) -> list[int]:
     for question in QUESTIONS[1:]:
         time.sleep(0.3)
         later.append(post(bot, thread, question))
+    assert len(llm_stub.requests_for("openai_chat")) == 1  # the later ones wait, without a model call
+    release.set()
     worker.join(timeout=60)
     assert not worker.is_alive()
     return [*first, *later]
@@ -94,7 +103,6 @@ def test_followup_answers_each_message_in_order_one_model_call_at_a_time(llm_stu
     # given: follow-up mode, a slow first answer
     bot = setup_bot(llm_stub, queue_mode=Bot.QueueMode.FOLLOWUP)
     thread = ThreadFactory(bot=bot)
-    slow_first(llm_stub, slow_for={QUESTIONS[0]})
     # when
     turn_ids = post_three_quickly(llm_stub, bot, thread)
     # then: one model call per message, never two at once, each later one holding the earlier answers in order
@@ -110,6 +118,17 @@ def test_followup_answers_each_message_in_order_one_model_call_at_a_time(llm_stu
         ("assistant", f"answer to: {QUESTIONS[1]}"),
         ("user", QUESTIONS[2]),
     ]
+    # and /context shows the thread in the same order: each answer right after its question
+    context = token_client(bot.owner).get(f"/api/v1/threads/{thread.pk}/context/").json()
+    shown = [m["content"] for m in (context["results"] if isinstance(context, dict) else context)]
+    assert shown == [
+        QUESTIONS[0],
+        f"answer to: {QUESTIONS[0]}",
+        QUESTIONS[1],
+        f"answer to: {QUESTIONS[1]}",
+        QUESTIONS[2],
+        f"answer to: {QUESTIONS[2]}",
+    ]
     # and the second turn, posted before the first answer existed, got it right before its own question
     assert turns[1].model_input["messages"][-3:] == [
         {"role": "user", "content": QUESTIONS[0]},
@@ -123,7 +142,6 @@ def test_collect_answers_the_waiting_messages_together_and_links_their_turns(llm
     # given
     bot = setup_bot(llm_stub, queue_mode=queue_mode)
     thread = ThreadFactory(bot=bot)
-    slow_first(llm_stub, slow_for={QUESTIONS[0]})
     # when
     first, second, third = post_three_quickly(llm_stub, bot, thread)
     # then: two model calls, in order; the second answers both waiting messages at once
@@ -150,17 +168,18 @@ def test_collect_answers_the_waiting_messages_together_and_links_their_turns(llm
 
 
 def test_two_conversations_still_run_side_by_side(llm_stub):
-    # given: two threads, each with a slow answer
+    # given: two threads of one bot
     bot = setup_bot(llm_stub, queue_mode=Bot.QueueMode.COLLECT)
     threads = [ThreadFactory(bot=bot), ThreadFactory(bot=bot)]
-    slow_first(llm_stub, slow_for={"left", "right"})
-    # when
+    releases = {"left": threading.Event(), "right": threading.Event()}
+    held_answers(llm_stub, held=releases)
+    # when: both are with the model at once (each held there), then answered one after the other
     workers = [in_background(lambda: post(bot, threads[0], "left"))]
-    # The second starts once the first is in its model call: the in-memory test database (SQLite's shared cache)
-    # refuses two writers at the same instant instead of waiting, which a file database does not.
     wait_for(lambda: llm_stub.requests_for("openai_chat"), what="the first model call", timeout=30)
     workers.append(in_background(lambda: post(bot, threads[1], "right")))
-    for worker in workers:
+    wait_for(lambda: len(llm_stub.requests_for("openai_chat")) == 2, what="the second model call", timeout=30)
+    for worker, name in zip(workers, ("left", "right"), strict=True):
+        releases[name].set()
         worker.join(timeout=60)
     # then: both answered, and their model calls overlapped
     (a_start, a_end), (b_start, b_end) = sorted(llm_stub.spans)

@@ -16,37 +16,21 @@ from agents.visibility import CONTEXT_ASSEMBLY
 COLLECTED_SEPARATOR = "\n\n"
 
 
-def _late_answers(*, turn: Turn, after_id: int) -> list[tuple[int, Message]]:
-    """(anchor, reply) of the earlier turns of the thread whose reply was stored after `after_id`: the anchor is
-    the id of the last message that reply answered."""
-    earlier = list(
-        Turn.objects.filter(thread_id=turn.thread_id, pk__lt=turn.pk, reply_message_id__gt=after_id).select_related(
-            "reply_message"
-        )
-    )
-    anchors = []
-    for answered in earlier:
-        asked = [answered.user_message_id or 0]
-        collected = collected_turn_ids(turn=answered)
-        if collected:
-            asked += Turn.objects.filter(pk__in=collected).values_list("user_message_id", flat=True)
-        reply = answered.reply_message
-        if reply is not None and reply.visibility_mask & CONTEXT_ASSEMBLY:
-            anchors.append((max(pk or 0 for pk in asked), reply))
-    return anchors
-
-
 def context_in_conversation_order(*, turn: Turn, before_id: int, limit: int) -> list[Message]:
-    """The context messages of the turn, oldest first, each answer right after what it answered."""
+    """The context messages of the turn, oldest first, each answer right after what it answered: the messages
+    older than its request, and the answers of earlier turns stored after it (the request waited for them)."""
     context = selectors.context_messages_list(
         thread=turn.thread, before_id=before_id, limit=limit, assembly_fields_only=True
     )
-    late = _late_answers(turn=turn, after_id=before_id)
-    if not late:
-        return context
-    keyed = [((message.pk, 0, message.pk), message) for message in context]
-    keyed += [((anchor, 1, reply.pk), reply) for anchor, reply in late]
-    return [message for _, message in sorted(keyed, key=lambda pair: pair[0])][-limit:]
+    late = list(
+        Message.objects.filter(
+            pk__in=Turn.objects.filter(thread_id=turn.thread_id, pk__lt=turn.pk, reply_message_id__gt=before_id).values(
+                "reply_message_id"
+            )
+        ).only(*selectors.ASSEMBLY_FIELDS, "visibility_mask")
+    )
+    context += [reply for reply in late if reply.visibility_mask & CONTEXT_ASSEMBLY]
+    return selectors.conversation_ordered(thread_id=turn.thread_id, messages=context)[-limit:]
 
 
 def turn_user_prompt(*, turn: Turn, user_message: Message) -> str:
