@@ -190,6 +190,8 @@ def conversation_ordered(*, thread_id: int, messages: list[Message]) -> list[Mes
     anchors = answer_anchors(
         thread_id=thread_id, reply_ids=[m.pk for m in messages if m.kind == Message.Kind.AGENT_REPLY]
     )
+    if not anchors:
+        return messages
     return sorted(messages, key=lambda m: (anchors[m.pk], 1, m.pk) if m.pk in anchors else (m.pk, 0, m.pk))
 
 

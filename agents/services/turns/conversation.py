@@ -54,11 +54,12 @@ def turn_claim_in_order(*, turn_id: int) -> Turn | str | None:
     """ledger.turn_claim, in conversation order: the claimed turn, DEFERRED when a turn of its conversation is
     ahead (the turn waits, queued, for that one to hand the conversation on), or None when it is finished.
     A first run takes along the requests waiting behind it (collect)."""
-    thread_id = Turn.objects.filter(pk=turn_id).values_list("thread_id", flat=True).first()
-    if thread_id is None:
-        return None
     with transaction.atomic():
-        conversation_lock(thread_id=thread_id)
+        # The turn's thread, locked until the claim commits (PostgreSQL; SQLite serialises its writers): one read.
+        locked = Thread.objects.select_for_update(of=("self",)).filter(turns__pk=turn_id).values_list("pk", flat=True)
+        thread_id = next(iter(locked), None)
+        if thread_id is None:
+            return None
         if (
             Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED)
             .filter(Exists(turns_ahead(thread_id=thread_id, turn_id=turn_id)))
@@ -87,10 +88,10 @@ def conversation_lock(*, thread_id: int) -> None:
     list(Thread.objects.select_for_update().filter(pk=thread_id).values_list("pk", flat=True))
 
 
-def conversation_hand_on(*, turn: Turn) -> None:
-    """After a run: when the turn is finished, its conversation goes to the next turn waiting for it."""
-    status = Turn.objects.filter(pk=turn.pk).values_list("status", flat=True).first()
-    if status is None or status not in OPEN_STATUSES:
+def conversation_hand_on(*, turn: Turn, outcome: str) -> None:
+    """After a run that ended in `outcome`: when that is a final status, the conversation goes to the next turn
+    waiting for it (a hand-on lost otherwise, e.g. a turn another run finished, is the sweeper's)."""
+    if outcome in ledger.FINISHED_STATUSES:
         conversation_next_start(thread_id=turn.thread_id)
 
 

@@ -81,7 +81,9 @@ def turn_run(*, turn_id: int) -> str:
     if isinstance(claimed, str):
         return OUTCOME_WAITING  # the turn ahead of it starts it when it finishes (O1)
     outcome = _run_claimed(turn=claimed)
-    conversation.conversation_hand_on(turn=claimed)  # not after TurnRetryLater: the turn keeps its conversation
+    conversation.conversation_hand_on(
+        turn=claimed, outcome=outcome
+    )  # not after TurnRetryLater: the turn keeps its conversation
     return outcome
 
 
