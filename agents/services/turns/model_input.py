@@ -7,7 +7,7 @@ than the request is in it, except the requests this turn collected (O2), which j
 """
 
 from agents import selectors
-from agents.models import LLMModel, Message, Turn
+from agents.models import LLMModel, Message, Thread, Turn
 from agents.services.turns.assembly import PrimaryInput, context_messages_upper_bound, primary_input_build
 from agents.services.turns.channels import TurnChannel
 from agents.services.turns.conversation import collected_turn_ids
@@ -22,6 +22,11 @@ def context_in_conversation_order(*, turn: Turn, before_id: int, limit: int) -> 
     context = selectors.context_messages_list(
         thread=turn.thread, before_id=before_id, limit=limit, assembly_fields_only=True
     )
+    if turn.thread.channel != Thread.Channel.REST:
+        # The channel stored the request when the turn first ran, after every earlier turn of the conversation
+        # had finished (O1): the id order is the conversation's, no answer came later. A REST request is stored
+        # when it is posted, so earlier answers may follow it in the table.
+        return context
     late = list(
         Message.objects.filter(
             pk__in=Turn.objects.filter(thread_id=turn.thread_id, pk__lt=turn.pk, reply_message_id__gt=before_id).values(
