@@ -169,6 +169,37 @@ def context_messages_list(
     return list(reversed(messages.order_by("-id")[:limit]))
 
 
+def answer_anchors(*, thread_id: int, reply_ids: list[int]) -> dict[int, int]:
+    """reply id -> the id of the last message that reply answered (its turn's request, or the newest request the
+    turn collected, O2): where the reply belongs in the conversation (O3). Replies without a turn are left out."""
+    if not reply_ids:
+        return {}
+    rows = list(
+        Turn.objects.filter(thread_id=thread_id, reply_message_id__in=reply_ids).values_list(
+            "reply_message_id", "user_message_id", "channel_state"
+        )
+    )
+    collected_ids = [int(i) for _, _, state in rows for i in (state or {}).get("collected", [])]
+    collected = dict(
+        Turn.objects.filter(pk__in=collected_ids, user_message_id__isnull=False).values_list("pk", "user_message_id")
+    )
+    anchors = {}
+    for reply_id, user_message_id, state in rows:
+        asked = [user_message_id or 0] + [collected.get(int(i), 0) for i in (state or {}).get("collected", [])]
+        anchors[reply_id] = max(asked) or reply_id
+    return anchors
+
+
+def conversation_ordered(*, thread_id: int, messages: list[Message]) -> list[Message]:
+    """The messages as a conversation (O3): each answer right after the message it answered, the rest by id."""
+    anchors = answer_anchors(
+        thread_id=thread_id, reply_ids=[m.pk for m in messages if m.kind == Message.Kind.AGENT_REPLY]
+    )
+    if not anchors:
+        return messages
+    return sorted(messages, key=lambda m: (anchors[m.pk], 1, m.pk) if m.pk in anchors else (m.pk, 0, m.pk))
+
+
 def context_messages_assembled(*, thread: Thread) -> list[Message]:
     """Exactly the context messages a turn of this thread would be given now (V3, T3), oldest first.
 
@@ -177,8 +208,11 @@ def context_messages_assembled(*, thread: Thread) -> list[Message]:
     its share when a turn runs). Bounded by the window, never by the thread's length.
     """
     model = thread.bot.primary_model
-    candidates = context_messages_list(
-        thread=thread, limit=context_messages_upper_bound(context_window=model.context_window)
+    candidates = conversation_ordered(
+        thread_id=thread.pk,
+        messages=context_messages_list(
+            thread=thread, limit=context_messages_upper_bound(context_window=model.context_window)
+        ),
     )
     primary = primary_input_build(
         model=model, system_prompt=thread.bot.system_prompt, context=candidates, user_prompt=""

@@ -49,13 +49,16 @@ MAX_QUERIES = {
     # reply's own UPDATE, a reply's delivery row is inserted without a read first. On SQLite 3 or 4 of them are the
     # send budget's bucket rows (read again after a wait for a token; one Redis script with REDIS_URL): 22 or 23.
     # Then 21 or 22: a model that cannot call tools no longer reads the bot's MCP servers.
-    "turn": 22,
+    # Issue 22 adds 6 for one turn at a time per conversation (O1): the claim locks the thread (one read) and
+    # defers a busy turn (one conditional UPDATE), a first run reads the requests it may collect (O2), the Feishu
+    # context reads its cutoff item (O3), and the finished turn hands the conversation on (lock + head read).
+    "turn": 28,
     # The default reply shape on SQLite: the receipt reaction added and removed, a streaming card created, updated
     # and closed, each Feishu call taking from the send budget (table rows here: about a third of the 49; one Redis
     # script with REDIS_URL), each card/receipt note stored on the turn before its call, one UPDATE each (the
     # database merges it). 71 when streaming landed; 49 after issue 11's cuts above (+1 for a budget wait); 48
     # without the MCP servers' read.
-    "turn_card": 49,
+    "turn_card": 55,  # + issue 22's 6, as for "turn"
 }
 # Where PostgreSQL needs fewer: a new context event and its item are one statement there, the wake and the event's
 # finish another (data-modifying CTEs).

@@ -83,6 +83,20 @@ OWNER_ONLY_SENTENCE = _("The workspace is owner only: other people's messages ar
 NOT_IN_MODE_SENTENCE = _("Another bot's copy of this message, or a kind of item this workspace mode does not inject.")
 
 
+MODE_NOT_APPLIED_SENTENCE = _(
+    "Not applied: shared thread context is off here, and that setting wins over the mode. Turn it on in this "
+    "workspace's page (Shared thread enabled), or hub-wide with AMUX_FEISHU_SHARED_THREAD_ENABLED."
+)
+
+
+def mode_in_words(*, mode: str, diagnostics: dict):
+    """The workspace mode, and, when shared thread context is off, that the mode is not applied and why."""
+    words = explained(Workspace.Mode(mode).label, mode) if mode in Workspace.Mode.values else mode
+    if diagnostics.get("thread_context_enabled") is False:
+        return format_html("{} — {}", words, MODE_NOT_APPLIED_SENTENCE)
+    return words
+
+
 def exclusion_explained(*, reason: str, item_type: str, mode: str, diagnostics: dict) -> str:
     """Why one item was left out, as a sentence with its code in small print."""
     if reason == EXCLUDED_NOT_IN_MODE:
@@ -346,9 +360,7 @@ class ThreadContextDecisionAdmin(AuditAdmin):
             "decision": decision,
             "explain": explain,
             "excluded": excluded,
-            "mode_in_words": explained(Workspace.Mode(explain["mode"]).label, explain["mode"])
-            if explain["mode"] in Workspace.Mode.values
-            else explain["mode"],
+            "mode_in_words": mode_in_words(mode=explain["mode"], diagnostics=explain["diagnostics"]),
             "diagnostics_table": dict_table(explain["diagnostics"]),
             "related": related_links(self.decision_neighbours(decision)),
         }

@@ -61,6 +61,15 @@ def _edited(decision: ThreadContextDecision) -> list[dict]:
     ]
 
 
+# Said next to the mode when shared thread context is off: which setting wins, and where to change it.
+MODE_NOT_APPLIED = (
+    " (not applied: shared thread context is off, and that wins; turn it on in the admin's workspace page,"
+    " 'Shared thread enabled', or hub-wide with AMUX_FEISHU_SHARED_THREAD_ENABLED)"
+)
+# The decision's diagnostics key a discuss turn's transcript is listed under (feishu.channel.discuss_context).
+DISCUSS_TRANSCRIPT_KEY = "discuss_transcript"
+
+
 def decision_explain_data(*, decision: ThreadContextDecision) -> dict:
     diagnostics = decision.diagnostics or {}
     return {
@@ -113,7 +122,8 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
         f"decision_id:   {data['decision_id']}",
         f"root_msg_id:   {data['root_msg_id']}",
         f"message_id:    {data['message_id']}",
-        f"mode:          {data['mode']}",
+        f"mode:          {data['mode']}"
+        + (MODE_NOT_APPLIED if diagnostics.get("thread_context_enabled") is False else ""),
         f"request_text:  {text_preview(data['request_text'], 200)}",
         f"context chars: {data['context_chars']}",
         f"prompt chars:  {data['prompt_chars']}",
@@ -142,6 +152,11 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
         lines.append("note:          slash command: no context is carried")
     elif diagnostics.get("thread_context_enabled") is False:
         lines.append("note:          shared thread context is disabled for this workspace")
+    transcript = diagnostics.get(DISCUSS_TRANSCRIPT_KEY) or []
+    if transcript:
+        # O5: a discuss turn gets the conversation its judge saw whatever the setting above says.
+        lines += ["", f"discuss transcript ({len(transcript)} lines, what the judge saw; always given):"]
+        lines += [f"  {text_preview(line, 200)}" for line in transcript]
     lines.append("")
     lines.append(f"selected items ({len(data['selected'])}):")
     if data["selected"]:

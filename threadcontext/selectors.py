@@ -176,6 +176,9 @@ def _candidate_branches(
 
 # Stand-ins for a request's own values while its query's shape is compiled (no chat, root or bridge id holds NUL).
 _CHAT_ID, _ROOT_MSG_ID, _BRIDGE_ID = "\x00chat_id", "\x00root_msg_id", "\x00bridge_id"
+# The newest item a request may see (O3: nothing that arrived after the request): no item id comes near this
+# stand-in, which is also the value of a request without a cutoff.
+_UP_TO_ITEM_ID = 2**62 + 7
 
 
 @functools.lru_cache(maxsize=64)
@@ -183,7 +186,7 @@ def _candidates_sql(*, vendor: str, mode: str, item_limit: int) -> tuple[str, tu
     """The candidate query of one shape (database, mode, limit), compiled once per process: its SQL, and its
     parameters with the stand-ins where a request's values go. The ORM's compile of the four branches cost ~2 ms
     of CPU per turn (issue 11); the SQL is the same for every request of a shape, only those three values differ."""
-    thread = ThreadContextItem.objects.filter(chat_id=_CHAT_ID, root_msg_id=_ROOT_MSG_ID)
+    thread = ThreadContextItem.objects.filter(chat_id=_CHAT_ID, root_msg_id=_ROOT_MSG_ID, id__lte=_UP_TO_ITEM_ID)
     parts: list[str] = []
     params: tuple = ()
     annotations = _steering_annotations(bridge_id=_BRIDGE_ID, chat_id=_CHAT_ID, root_msg_id=_ROOT_MSG_ID)
@@ -206,12 +209,18 @@ class Candidates:
 
 
 def context_candidates_load(
-    *, bridge_id: str, mode: str, chat_id: str, root_msg_id: str, item_limit: int
+    *, bridge_id: str, mode: str, chat_id: str, root_msg_id: str, item_limit: int, up_to_item_id: int | None = None
 ) -> Candidates:
-    """The selector's ONE query (a UNION ALL of bounded newest-first branches, see above); any order out."""
+    """The selector's ONE query (a UNION ALL of bounded newest-first branches, see above); any order out.
+    `up_to_item_id`: only items up to that id (what had arrived when the request was made)."""
     sql, shape_params = _candidates_sql(vendor=connection.vendor, mode=mode, item_limit=item_limit)
-    values = {_CHAT_ID: chat_id, _ROOT_MSG_ID: root_msg_id, _BRIDGE_ID: bridge_id}
-    params = tuple(values.get(param, param) if isinstance(param, str) else param for param in shape_params)
+    values: dict = {_CHAT_ID: chat_id, _ROOT_MSG_ID: root_msg_id, _BRIDGE_ID: bridge_id}
+    if up_to_item_id is not None:
+        values[_UP_TO_ITEM_ID] = up_to_item_id
+    params = tuple(
+        values.get(param, param) if isinstance(param, str) or param == _UP_TO_ITEM_ID else param
+        for param in shape_params
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -254,6 +263,20 @@ class ContextRequest:
     request_text: str
     is_slash_command: bool = False
     target_id: str = ""
+    # O3: the newest context item the request may see (a turn's: what had arrived when it was made); None: all.
+    up_to_item_id: int | None = None
+
+
+def context_items_up_to(*, chat_id: str, root_msg_id: str, arrived_by) -> int:
+    """The newest item id of the thread recorded at or before `arrived_by` (0 when none): a turn's cutoff, O3.
+    Reads the thread newest first on its (chat_id, root_msg_id, -id) index and stops at the first such item."""
+    newest = (
+        ThreadContextItem.objects.filter(chat_id=chat_id, root_msg_id=root_msg_id, created_at__lte=arrived_by)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    return newest or 0
 
 
 def context_package_build(*, request: ContextRequest, max_chars: int | None = None) -> ContextPackage:
@@ -281,6 +304,7 @@ def context_package_build(*, request: ContextRequest, max_chars: int | None = No
         chat_id=request.chat_id,
         root_msg_id=request.root_msg_id,
         item_limit=selection_request.item_limit,
+        up_to_item_id=request.up_to_item_id,
     )
     return select_context(
         candidates=candidates.items,

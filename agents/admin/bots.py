@@ -136,7 +136,7 @@ class BotAdmin(WriteOnlySecretsAdmin):
         (
             _("Feishu replies"),
             {
-                "fields": ["reply_format", "receipt_emoji", "failure_emoji"],
+                "fields": ["reply_format", "queue_mode", "receipt_emoji", "failure_emoji"],
                 "description": _(
                     "Markdown card: the answer is written into a card while the model streams, and its headings, "
                     "lists, tables and code render; choose it for most bots. Plain text: one text message per "

@@ -75,6 +75,11 @@ class TurnOutputSerializer(serializers.ModelSerializer):
     def get_approvals(self, turn: Turn) -> list[dict]:
         return [approval_summary(a) for a in turn.approvals.select_related("decision").order_by("step", "index")]
 
+    # Queue mode collect (O2): a skipped turn names the turn whose reply answered its message, and that turn lists
+    # the turns it answered besides its own.
+    answered_by = serializers.SerializerMethodField()
+    answers_also = serializers.SerializerMethodField()
+
     class Meta:
         model = Turn
         fields = [
@@ -95,8 +100,17 @@ class TurnOutputSerializer(serializers.ModelSerializer):
             "duration_ms",
             "pending_approval",
             "approvals",
+            "answered_by",
+            "answers_also",
         ]
         read_only_fields = fields
+
+    def get_answered_by(self, turn: Turn) -> int | None:
+        collected_into = (turn.channel_state or {}).get("collected_into")
+        return int(collected_into) if collected_into is not None else None
+
+    def get_answers_also(self, turn: Turn) -> list[int]:
+        return [int(turn_id) for turn_id in (turn.channel_state or {}).get("collected", [])]
 
 
 def thread_post_refusal(*, thread: Thread) -> str | None:

@@ -74,6 +74,23 @@ def request_text(content: str) -> str:
     return content.strip()
 
 
+# Where a rendered prompt lists the conversation around the request, one line each (threadcontext.rendering's
+# thread context block; a discuss turn's transcript, feishu.channel.discuss_context): the echo counts those lines.
+CONTEXT_BLOCK_LABELS = ("[Feishu thread context]", "[The conversation that woke you, oldest first]")
+
+
+def context_items_count(content: str) -> int:
+    """The lines of every context block in a rendered prompt (a block ends at the next bracketed label)."""
+    count, inside = 0, False
+    for line in content.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            inside = stripped in CONTEXT_BLOCK_LABELS
+        elif inside and stripped:
+            count += 1
+    return count
+
+
 def is_activation_contract(content: str) -> bool:
     return content.lstrip().startswith(ACTIVATION_HEADER)
 
@@ -161,6 +178,9 @@ class LocalRulesClient:
         context_count = max(last_user_index, 0)
         said = " ".join(request_text(newest).split())
         text = f"{ECHO_LABEL} I received {context_count} context message{'s' if context_count != 1 else ''}"
+        items = context_items_count(newest)
+        if items:  # the thread context items (or discuss transcript lines) inside the request itself
+            text += f" and {items} thread context item{'s' if items != 1 else ''}"
         text += f"; you said: {said}" if said else "; there was no user message."
         if len(text) > MAX_ECHO_CHARS:
             text = text[: MAX_ECHO_CHARS - 1] + "…"

@@ -116,6 +116,12 @@ class Bot(models.Model):
         OFF = "off", "Off (ungated)"
         MODEL = "model", "Model (the probe model below)"
 
+    class QueueMode(models.TextChoices):
+        # ARCHITECTURE §11.1 O2; what a person sees per mode: docs/conversations.md.
+        COLLECT = "collect", "Collect: the next turn answers everything that waited, in one reply"
+        FOLLOWUP = "followup", "Follow-up: one turn per message, in order"
+        STEER = "steer", "Steer: like collect (messages join the next turn)"
+
     class FeishuEventMode(models.TextChoices):
         WEBHOOK = "webhook", "Webhook (Feishu posts to a public URL)"
         LONG_CONNECTION = "long_connection", "Long connection (no public URL needed)"
@@ -178,6 +184,13 @@ class Bot(models.Model):
     )
     # How Feishu replies look (R2) and the receipt reactions (R1); emoji names are Feishu's emoji_type values.
     reply_format = models.CharField(max_length=16, choices=ReplyFormat.choices, default=ReplyFormat.MARKDOWN_CARD)
+    # One turn at a time per conversation (O1); what the messages that arrive while it runs become (O2).
+    queue_mode = models.CharField(
+        max_length=16,
+        choices=QueueMode.choices,
+        default=QueueMode.COLLECT,
+        help_text="Messages sent to the bot while it is still answering in the same conversation.",
+    )
     receipt_emoji = models.CharField(
         max_length=32,
         blank=True,

@@ -49,6 +49,14 @@ from core.tasks_enqueue import task_enqueue
 from core.text import TranslatableText
 from feishu.channel.approvals import approval_card_patch, approval_card_post
 from feishu.channel.attachments import turn_attachments_fetch
+from feishu.channel.collected import (
+    collected_receipts_add,
+    collected_receipts_fail,
+    collected_receipts_remove,
+    reply_target,
+    request_text_with_collected,
+)
+from feishu.channel.discuss_context import discuss_prompt_with_transcript
 from feishu.channel.handoff import UNSENT_REPLY_PREFIX, chat_handoff_targets, handoff_text_render, handoffs_dispatch
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
@@ -78,7 +86,7 @@ from feishu.tasks import context_summary_task
 from probe.models import ProbeJudgement
 from probe.prompts import activation_contract
 from threadcontext.rendering import prompt_render, request_is_submittable
-from threadcontext.selectors import workspace_cached_get
+from threadcontext.selectors import context_items_up_to, workspace_cached_get
 from threadcontext.services import (
     ContextRequest,
     context_prompt_prepare,
@@ -152,7 +160,9 @@ class FeishuChannel(TurnChannel):
         turn_redactions_add(turn_id=turn.pk, count=redaction.count)
         # Each part within its share of the window (issue 30, finding 6); assembly fits the whole prompt.
         window = bot.primary_model.context_window or DEFAULT_CONTEXT_WINDOW_TOKENS
-        request_text = text_within_tokens(redaction.text, max_tokens=window // 2, what="the message")
+        # Queue mode collect (O2): the messages that waited for this turn join its request, oldest first.
+        joined = request_text_with_collected(turn=turn, bot=bot, own_text=redaction.text, secrets=secrets)
+        request_text = text_within_tokens(joined, max_tokens=window // 2, what="the message")
         quoted_text = self._quoted_text(bot=bot, parsed=parsed, secrets=secrets)
         if isinstance(quoted_text, Skip):
             return quoted_text
@@ -182,6 +192,10 @@ class FeishuChannel(TurnChannel):
                 root_msg_id=parsed.root_msg_id,
                 message_id=parsed.message_id,
                 request_text=request_text,
+                # O3: what had arrived when the request was made; later messages wait for their own turn.
+                up_to_item_id=context_items_up_to(
+                    chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, arrived_by=turn.queued_at
+                ),
             ),
             topic_root_prompt_delivered=binding.topic_root_prompt_delivered if binding is not None else True,
             quoted_text=quoted_text,
@@ -190,9 +204,10 @@ class FeishuChannel(TurnChannel):
         )
         if not prepared.is_submittable:
             return Skip(reason="Empty request.")
+        prompt = discuss_prompt_with_transcript(turn=turn, decision=prepared.decision, prompt=prepared.prompt)
         return Prepared(
-            content=request_text or prepared.prompt,
-            prompt=prepared.prompt,
+            content=request_text or prompt,
+            prompt=prompt,
             author=parsed.sender_open_id,
             context_decision_id=prepared.decision.pk,
             channel_state={
@@ -230,6 +245,7 @@ class FeishuChannel(TurnChannel):
         parsed = source_parsed(turn=turn)
         if parsed is not None:
             receipt_add(turn=turn, parsed=parsed)
+            collected_receipts_add(turn=turn)
 
     def stream_sink(self, *, turn: Turn) -> StreamSink | None:
         bot = turn.bot
@@ -238,29 +254,31 @@ class FeishuChannel(TurnChannel):
         parsed = source_parsed(turn=turn)
         if parsed is None:
             return None
-        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=parsed), secrets=hub_secrets())
+        target = reply_target(turn=turn, own=parsed)
+        return CardStreamSink(card=streaming_card_for(turn=turn, parsed=target), secrets=hub_secrets())
 
     def deliver(self, *, turn: Turn, reply: Message) -> None:
         bot = turn.bot
         parsed = source_parsed(turn=turn)
         if parsed is None:
             raise DeliveryPermanent("The Feishu message of this turn is no longer stored.")
+        target = reply_target(turn=turn, own=parsed)  # the newest message it answers (O2 collect)
         state = stream_state_get(turn=turn)
         # B1: the other hub bots the answer @-mentions get a real mention and, once it is sent, a turn.
         targets = chat_handoff_targets(turn=turn, parsed=parsed, text=reply.content)
         if state.card_id or state.is_fallback:
             # A card was started while the model streamed (or Feishu refused it): finish it with the whole reply.
-            message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=parsed, text=reply.content))
+            message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=target, text=reply.content))
             if targets:  # an @ added by a card update notifies nobody: one line that carries the real mentions
-                self._mentions_send(turn=turn, parsed=parsed, targets=targets)
+                self._mentions_send(turn=turn, parsed=target, targets=targets)
         else:
             rows = deliveries_prepare(
                 outgoing=OutgoingText(
                     bot=bot,
                     turn=turn,
                     chat_id=parsed.chat_id,
-                    reply_to_message_id=parsed.message_id,
-                    reply_in_thread=parsed.is_in_topic,
+                    reply_to_message_id=target.message_id,
+                    reply_in_thread=target.is_in_topic,
                     text=handoff_text_render(text=reply.content, targets=targets, reply_format=_reply_format(bot)),
                     source_message_id=turn.source_message_id,
                     reply_format=_reply_format(bot),
@@ -284,6 +302,7 @@ class FeishuChannel(TurnChannel):
             # C8: only now, after the reply whose prompt really held the root was delivered.
             session_binding_mark_topic_root_delivered(binding_id=binding_id)
         receipt_remove(turn=turn, parsed=parsed)
+        collected_receipts_remove(turn=turn)
         context_summary_enqueue(turn=turn)
         if targets:  # a bot without Feishu credentials (F5) records its reply: its hand-off keys on the turn
             handoffs_dispatch(
@@ -312,7 +331,10 @@ class FeishuChannel(TurnChannel):
         if parsed is None:
             return
         receipt_fail(turn=turn, parsed=parsed)
-        if stream_card_close_with_notice(turn=turn, parsed=parsed, text=failure_notice_text(status=status)):
+        collected_receipts_fail(turn=turn)
+        if stream_card_close_with_notice(
+            turn=turn, parsed=reply_target(turn=turn, own=parsed), text=failure_notice_text(status=status)
+        ):
             return
         super().failed(turn=turn, status=status)
 

@@ -22,8 +22,10 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from agents.models import Bot, Turn
+from feishu.channel.discuss_context import discuss_transcript_note
 from feishu.channel.peers import Candidate, Pick, answer_pick, chat_peer_bots, chat_policy
 from feishu.channel.turn_channel import feishu_turn_start
+from feishu.discuss.transcript import discuss_transcript_build
 from feishu.discuss.wake import MAX_ATTEMPTS, discuss_wake_end
 from feishu.inbound.messages import inbound_message_build
 from feishu.inbound.parsing import message_parse
@@ -187,6 +189,10 @@ def _winner_start(*, winner: AnswerCandidate, arbitration: Arbitration, pick: Pi
     if turn is None:
         return
     DiscussWake.objects.filter(pk=winner.wake_id).update(turn=turn, error=f"picked: {pick.reason}")
+    # O5: the winner's turn sees the conversation its judge read (rebuilt now: the pick follows the last judge at
+    # once, and no bot answered this message meanwhile, so it is the transcript the judge saw).
+    transcript = discuss_transcript_build(bot=winner.bot, chat_id=winner.chat_id, root_msg_id=winner.root_msg_id)
+    discuss_transcript_note(turn=turn, transcript=transcript)
     if winner.judgement_id is not None:  # the contract of the turn is rebuilt from the judgement linked to it (P9)
         ProbeJudgement.objects.filter(pk=winner.judgement_id).update(turn=turn, thread_id=turn.thread_id)
 

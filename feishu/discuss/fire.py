@@ -11,28 +11,23 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
-from agents.llm.base import ChatMessage
 from agents.models import Bot, Thread, Turn
+from feishu.channel.discuss_context import discuss_transcript_note
 from feishu.discuss.arbitration import arbitration_applies, candidacies_settle, candidacy_enter, wake_turn_start
+from feishu.discuss.transcript import discuss_transcript_build
 from feishu.discuss.wake import MAX_ATTEMPTS, discuss_wake_end, discuss_wake_fire_enqueue, discuss_wakes_claimable
 from feishu.models import DiscussWake
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
 from probe.services import GateResult, probe_gate_run
-from threadcontext.models import SessionBinding, ThreadEvent
+from threadcontext.models import SessionBinding
 
 logger = logging.getLogger(__name__)
 
 RETRY_BACKOFF_SECONDS = (30, 120)  # after attempt 1, after attempt 2
-# Newest recorded items handed to the judge: the primary's own horizon (AMUX_THREAD_CONTEXT_LIMIT, 20) twice
-# over. Whether to speak now depends on the tail; a longer history only makes every probe dearer (the bench
-# measured a 200-item transcript costing the judge more tokens than the primary it gates). The probe's token
-# budget trims further.
-TRANSCRIPT_ITEM_LIMIT = 40
-
 # What discuss_wake_fire returns (for tests, logs and the bench).
 FIRE_NOT_DUE = "not_due"
 FIRE_NOT_CLAIMED = "not_claimed"
@@ -44,55 +39,6 @@ FIRE_STARTED = "turn_started"
 FIRE_NO_SOURCE = "no_source_message"
 FIRE_CANDIDATE = "candidate"  # B3: judged send; the pick of one answer is made by whoever sees the last judge
 FIRE_ABSORBED = "absorbed"  # an @ or reply to the bot answered the timeline while the judge ran (G4)
-
-
-def discuss_transcript_build(
-    *, bot: Bot, chat_id: str, root_msg_id: str, limit: int = TRANSCRIPT_ITEM_LIMIT
-) -> list[ChatMessage]:
-    """The judge's transcript from the thread's recorded context items, oldest first.
-
-    This bot's own outputs are assistant turns (actions it already took); everything else - people, the topic
-    root, other bots - is a labelled user line, never trusted as instructions.
-    """
-    # Read from the events, not the items, so the people's requests (user_request: an @ of this bot, which is
-    # never a context item) are in the judge's view beside the discussion and the outputs (G4). Every bot's
-    # bridge records its own copy of the people's messages: this bridge's copies, and the agent outputs of every
-    # bot (each recorded once, by the bot that spoke). A recalled message's event is blank and left out (G7).
-    wanted = (
-        ThreadEvent.EventType.TOPIC_ROOT,
-        ThreadEvent.EventType.HUMAN_MESSAGE,
-        ThreadEvent.EventType.USER_REQUEST,
-        ThreadEvent.EventType.AGENT_OUTPUT,
-    )
-    events = ThreadEvent.objects.filter(
-        Q(bridge_id=bot.bridge_id) | Q(event_type=ThreadEvent.EventType.AGENT_OUTPUT),
-        chat_id=chat_id,
-        event_type__in=wanted,
-    ).exclude(text="")
-    if root_msg_id != SessionBinding.GROUP_SCOPE_KEY:  # the group key reads the whole chat
-        events = events.filter(root_msg_id=root_msg_id)
-    columns = ("bridge_id", "event_type", "actor_id", "bot_profile", "session_name", "metadata", "text")
-    rows = list(events.order_by("-id").values(*columns)[:limit])
-    rows.reverse()
-    # B5: another hub bot's reply is labelled with that bot's display name, so the judge sees who answered what.
-    other_bots = {row["bot_profile"] for row in rows if row["event_type"] == ThreadEvent.EventType.AGENT_OUTPUT}
-    names = dict(Bot.objects.filter(slug__in=other_bots - {bot.slug}).values_list("slug", "name")) if other_bots else {}
-    transcript = []
-    for row in rows:
-        if row["event_type"] == ThreadEvent.EventType.AGENT_OUTPUT:
-            if row["bridge_id"] == bot.bridge_id:
-                transcript.append(ChatMessage(role="assistant", content=row["text"]))
-                continue
-            label = f"{row['bot_profile']}/{row['session_name']}" if row["session_name"] else row["bot_profile"]
-            if row["bot_profile"] in names:
-                label = f"{names[row['bot_profile']]} (bot)"
-        else:
-            metadata = row["metadata"] if isinstance(row["metadata"], dict) else {}
-            label = metadata.get("sender_name") or row["actor_id"]
-            if row["event_type"] == ThreadEvent.EventType.USER_REQUEST:
-                label = f"{label} (to you)" if label else "(to you)"
-        transcript.append(ChatMessage(role="user", content=f"{label}: {row['text']}" if label else row["text"]))
-    return transcript
 
 
 def discuss_activation_start(*, bot: Bot, wake: DiscussWake, gate: GateResult) -> Turn | None:
@@ -182,6 +128,9 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
             # the wake's message is not stored, or its session was retired (the user was told to start anew)
             discuss_wake_end(wake=wake, status=DiscussWake.Status.DONE, error="no turn started")
             return FIRE_NO_SOURCE
+        # O5: the primary sees what the judge saw (an ungated bot: what a judge would have seen).
+        seen = transcript or discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id)
+        discuss_transcript_note(turn=turn, transcript=seen)
         wake.turn = turn
         discuss_wake_end(wake=wake, status=DiscussWake.Status.DONE, error="", extra=["turn"])
         ProbeJudgement.objects.filter(pk=gate.judgement.pk).update(turn=turn, thread_id=turn.thread_id)

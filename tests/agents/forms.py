@@ -25,6 +25,7 @@ def bot_admin_form_data(bot: Bot, **changes) -> dict:
         "feishu_encrypt_key": "",
         "feishu_verification_token": "",
         "reply_format": bot.reply_format,
+        "queue_mode": bot.queue_mode,
         "receipt_emoji": bot.receipt_emoji,
         "failure_emoji": bot.failure_emoji,
     }

@@ -127,8 +127,16 @@ def test_the_echo_of_a_wrapped_prompt_is_the_user_request_alone():
     # when
     text = _echo(prompt)
 
-    # then
-    assert text == f"{ECHO_LABEL} I received 0 context messages; you said: draft a plan"
+    # then: "you said" is the request alone; the thread context's line is counted (issue 22: the demo says how
+    # much context it got)
+    assert text == f"{ECHO_LABEL} I received 0 context messages and 1 thread context item; you said: draft a plan"
+
+
+def test_the_echo_counts_the_lines_of_a_discuss_transcript():
+    from feishu.channel.discuss_context import REQUEST_LABEL, TRANSCRIPT_HEADER
+
+    prompt = "\n".join([TRANSCRIPT_HEADER, "ou_alice: red build", "you: on it", REQUEST_LABEL, "why red?"])
+    assert _echo(prompt) == f"{ECHO_LABEL} I received 0 context messages and 2 thread context items; you said: why red?"
 
 
 def test_the_echo_of_an_activated_discuss_turn_skips_the_activation_contract():

@@ -75,6 +75,8 @@ def test_seed_demo_rows():
         ("coder", "oc_demo"),
         ("planner", "oc_demo"),
     ]
+    # issue 22: the demo bots see each other's answers (the hub's default stays off)
+    assert set(Workspace.objects.values_list("shared_thread_enabled", flat=True)) == {True}
 
 
 def test_seed_demo_threads_have_every_kind_and_history_and_context_differ():

@@ -20,10 +20,10 @@ from feishu.discuss.fire import (
     FIRE_RETRY,
     FIRE_STARTED,
     FIRE_SUPERSEDED,
-    discuss_transcript_build,
     discuss_wake_fire,
 )
 from feishu.discuss.sweep import discuss_wakes_sweep
+from feishu.discuss.transcript import discuss_transcript_build
 from feishu.discuss.wake import RUNNING_ABANDONED_AFTER_SECONDS, discuss_wake_schedule
 from feishu.models import DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement

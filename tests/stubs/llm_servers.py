@@ -529,6 +529,7 @@ class LLMStubServer:
         self.default_text = "stub reply"
         self.chunks_sent = 0  # text chunks written by streaming answers, all requests together
         self.first_chunk_at: list[float] = []  # monotonic time each streamed answer wrote its first text chunk
+        self.spans: list[tuple[float, float]] = []  # (start, end) monotonic times of every request (issue 22)
         self._queues: dict[str, collections.deque[StubResponse]] = {api: collections.deque() for api in APIS}
         self._responders: dict[str, Responder] = {}
         self._lock = threading.Lock()
@@ -574,6 +575,7 @@ class LLMStubServer:
             self._responders.clear()
             self.default_text = "stub reply"
             self.chunks_sent = 0
+            self.spans.clear()
 
     def requests_for(self, api: str) -> list[RecordedRequest]:
         with self._lock:
@@ -686,8 +688,17 @@ class LLMStubServer:
                 except OSError:  # the client went away mid-stream (its on_text raised, it timed out)
                     self.close_connection = True
 
-            do_POST = _handle  # noqa: N815
-            do_GET = _handle  # noqa: N815
+            def _timed(self) -> None:
+                """Every request's span, so a test can tell whether two model calls overlapped (issue 22)."""
+                started = time.monotonic()
+                try:
+                    self._handle()
+                finally:
+                    with stub._lock:
+                        stub.spans.append((started, time.monotonic()))
+
+            do_POST = _timed  # noqa: N815
+            do_GET = _timed  # noqa: N815
 
         return Handler
 

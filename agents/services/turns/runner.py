@@ -3,7 +3,9 @@
 `turn_run(turn_id=...)` takes the turn through its lifecycle in short steps, so no row lock is held while the
 model thinks or a channel talks to Feishu:
 
-1. claim (ledger.turn_claim): a finished turn is left alone; a replied one goes straight to delivery;
+1. claim, in conversation order (conversation.turn_claim_in_order: one turn at a time per thread, O1; a turn that
+   finds another ahead waits, queued, and the finishing turn starts it); a finished turn is left alone; a
+   replied one goes straight to delivery;
 2. prepare, on the first claim only (channel.prepare): the prompt and the context decision are recorded with
    the user_message; a re-run sends exactly what was recorded;
 3. call the primary model (no transaction open) through the bot's tools (agents.tools: bounded, each call a
@@ -11,9 +13,8 @@ model thinks or a channel talks to Feishu:
 4. store the reply (conditional on `reply_message IS NULL`): status `replied`; two racing runs keep one reply;
 5. deliver (channel.deliver, idempotent by its uuids): `delivered`, or a retry later, or `delivery_failed`.
 
-The run works on the one Turn its claim read: every ledger write updates it in place (the channel's notes too), so
-no step re-reads the row; only a run that lost a race to another run of the same turn re-reads the winner's.
-
+The run works on the one Turn its claim read (the ledger's writes update it in place); only a run that lost a
+race to another run of the same turn re-reads the winner's.
 A worker killed anywhere leaves a queued, running or replied turn; the redelivered task (acks_late) or the
 sweeper (sweep.py) runs it again from step 1 and it completes once. Transient provider and delivery errors
 raise `TurnRetryLater` with the backoff to wait (the Celery task retries), a bounded number of times.
@@ -27,7 +28,6 @@ import time
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import InterfaceError, OperationalError
 
-from agents import selectors
 from agents.llm.base import (
     ChatMessage,
     CompletionRequest,
@@ -40,9 +40,9 @@ from agents.llm.base import (
 )
 from agents.llm.registry import llm_client_for, request_as_sent
 from agents.models import LLMModel, Turn
-from agents.services.turns import ledger
+from agents.services.turns import conversation, ledger
 from agents.services.turns.approvals import approval_requested
-from agents.services.turns.assembly import PrimaryInput, context_messages_upper_bound, primary_input_build
+from agents.services.turns.assembly import PrimaryInput
 from agents.services.turns.channels import (
     ConnectionReleasingSink,
     DeliveryPermanent,
@@ -53,6 +53,7 @@ from agents.services.turns.channels import (
     TurnChannel,
     channel_for,
 )
+from agents.services.turns.model_input import primary_input
 from agents.tools.loop import ApprovalPending, model_call
 from agents.tools.turn_tools import ToolServerUnavailableError, turn_tools_run
 from core.connections import connection_release
@@ -68,6 +69,7 @@ OUTCOME_DELIVERY_FAILED = "delivery_failed"
 OUTCOME_FAILED = "failed"
 OUTCOME_SKIPPED = "skipped"
 OUTCOME_FINISHED = "already_finished"
+OUTCOME_WAITING = "waiting_for_conversation"
 
 # Errors that are not the turn's fault and that a later run may not meet: the database went away. They propagate
 # (the task fails, the turn stays open) and the sweeper re-runs the turn; everything else unexpected is poison.
@@ -76,9 +78,19 @@ INFRASTRUCTURE_ERRORS = (OperationalError, InterfaceError, SoftTimeLimitExceeded
 
 def turn_run(*, turn_id: int) -> str:
     """Run the turn once more if it needs it; its outcome. Raises `TurnRetryLater` when a later try may succeed."""
-    turn = ledger.turn_claim(turn_id=turn_id)
-    if turn is None:
+    claimed = conversation.turn_claim_in_order(turn_id=turn_id)
+    if claimed is None:
         return OUTCOME_FINISHED
+    if isinstance(claimed, str):
+        return OUTCOME_WAITING  # the turn ahead of it starts it when it finishes (O1)
+    outcome = _run_claimed(turn=claimed)
+    conversation.conversation_hand_on(
+        turn=claimed, outcome=outcome
+    )  # not after TurnRetryLater: the turn keeps its conversation
+    return outcome
+
+
+def _run_claimed(*, turn: Turn) -> str:
     channel = channel_for(thread=turn.thread)
     try:
         if turn.reply_message is None:
@@ -183,16 +195,12 @@ def _complete(
             ),
             on_text=on_text,
         )
-        result = CompletionResult(
-            text=retry.text,
-            tool_calls=retry.tool_calls,
-            usage=Usage(
-                input_tokens=result.usage.input_tokens + retry.usage.input_tokens,
-                output_tokens=result.usage.output_tokens + retry.usage.output_tokens,
-                cached_input_tokens=result.usage.cached_input_tokens + retry.usage.cached_input_tokens,
-            ),
-            raw_finish_reason=retry.raw_finish_reason,
+        usage = Usage(
+            input_tokens=result.usage.input_tokens + retry.usage.input_tokens,
+            output_tokens=result.usage.output_tokens + retry.usage.output_tokens,
+            cached_input_tokens=result.usage.cached_input_tokens + retry.usage.cached_input_tokens,
         )
+        result = CompletionResult(retry.text, retry.tool_calls, usage, retry.raw_finish_reason)
     return result
 
 
@@ -206,7 +214,7 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Turn | None:
     model = turn.bot.primary_model
     activation_contract = channel.activation_contract(turn=turn)
     channel.started(turn=turn)
-    primary, model_input = _primary_input(
+    primary, model_input = primary_input(
         turn=turn, channel=channel, model=model, activation_contract=activation_contract
     )
     try:
@@ -233,42 +241,6 @@ def _reply_produce(*, turn: Turn, channel: TurnChannel) -> Turn | None:
         started=started,
         model_input=model_input,
     )
-
-
-def _primary_input(
-    *, turn: Turn, channel: TurnChannel, model: LLMModel, activation_contract: str
-) -> tuple[PrimaryInput, dict]:
-    """The primary model's input for the prepared turn, and the record of it stored on the turn (`model_input`)."""
-    user_message = turn.user_message
-    # Set when the turn was created; only a deletion of its thread since (SET_NULL) takes it away.
-    assert user_message is not None, f"turn {turn.pk} has no request message"
-    # Only messages older than the turn's own user message are context, and no more of them than could fit the
-    # window: the thread's length never decides what a turn loads.
-    context = selectors.context_messages_list(
-        thread=turn.thread,
-        before_id=user_message.pk,
-        limit=context_messages_upper_bound(context_window=model.context_window),
-        assembly_fields_only=True,
-    )
-    primary = primary_input_build(
-        model=model,
-        system_prompt=turn.bot.system_prompt,
-        context=context,
-        user_prompt=user_message.prompt or user_message.content,
-        activation_contract=activation_contract,
-        attachments=channel.attachments(turn=turn, vision=model.supports_vision),
-    )
-    recorded = primary.recorded_request  # the attachments' bodies replaced by their labels
-    model_input: dict = {
-        "provider": model.provider.name,
-        "kind": model.provider.kind,
-        "model": model.name,
-        "context_message_ids": primary.context_message_ids,
-        "dropped_context_messages": primary.dropped_context_messages,
-        "context_budget_tokens": primary.budget_tokens,
-        "messages": [{"role": message.role, "content": message.content} for message in recorded.messages],
-    }
-    return primary, model_input
 
 
 def _answer(

@@ -9,6 +9,7 @@ What it picks up, each bounded:
   its retry was lost): delivery resumes with the same uuids; past DELIVERY_MAX_ATTEMPTS, delivery_failed.
 - awaiting_approval (H1): an approval past its server's approval_timeout_seconds is denied (the turn resumes and
   the model is told); a decided one whose turn was never enqueued again is enqueued (agents.services.turns.approvals).
+A turn waiting behind an older open turn of its conversation is left to that turn (O1, conversation.py).
 What it gives up on is marked in the ledger (the admin's status filter lists it) and told to the chat in one line.
 Every re-enqueue re-stamps enqueued_at, so a pass never re-enqueues a turn the previous one just did.
 """
@@ -17,7 +18,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from agents.models import Turn
@@ -25,6 +26,7 @@ from agents.services.enqueue import turn_enqueue
 from agents.services.turns import ledger
 from agents.services.turns.approvals import approvals_sweep
 from agents.services.turns.channels import channel_for
+from agents.services.turns.conversation import HOLDING_STATUSES, conversation_next_start
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +69,12 @@ def running_stale_seconds() -> float:
 def _stale_rows(*, now: datetime, older_than_seconds: float) -> list[tuple[int, str, int, int]]:
     redelivered_before = now - timedelta(seconds=broker_redelivery_seconds())
     refused = Q(enqueued_at__isnull=True, queued_at__lt=now - timedelta(seconds=older_than_seconds))
-    queued = Q(status=Turn.Status.QUEUED, attempts=0) & (refused | Q(enqueued_at__lt=redelivered_before))
+    # A turn waiting for an older one of its conversation (O1) is started by that one, not here; a deferred turn at
+    # the head (its hand-back lost with a killed worker) looks like a refused enqueue and is picked up.
+    ahead = Turn.objects.filter(thread_id=OuterRef("thread_id"), pk__lt=OuterRef("pk"), status__in=HOLDING_STATUSES)
+    queued = (
+        Q(status=Turn.Status.QUEUED, attempts=0) & (refused | Q(enqueued_at__lt=redelivered_before)) & ~Exists(ahead)
+    )
     running = Q(status=Turn.Status.RUNNING, claimed_at__lt=now - timedelta(seconds=running_stale_seconds())) & (
         Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=F("claimed_at")) | Q(enqueued_at__lt=redelivered_before)
     )
@@ -129,7 +136,15 @@ def _give_up_running(*, turn_id: int, sweeps: int) -> int:
     if not ledger.turn_mark_failed(turn_id=turn_id, error=error):
         return 0
     _tell(turn_id=turn_id, status=Turn.Status.FAILED)
+    _hand_on(turn_id=turn_id)
     return 1
+
+
+def _hand_on(*, turn_id: int) -> None:
+    """A turn given up on hands its conversation to the next turn waiting for it (O1)."""
+    thread_id = Turn.objects.filter(pk=turn_id).values_list("thread_id", flat=True).first()
+    if thread_id is not None:
+        conversation_next_start(thread_id=thread_id)
 
 
 def _give_up_delivery(*, turn_id: int, attempts: int) -> int:
@@ -138,4 +153,5 @@ def _give_up_delivery(*, turn_id: int, attempts: int) -> int:
     if not ledger.turn_mark_delivery_failed(turn=turn, error=error):
         return 0
     _tell(turn_id=turn_id, status=Turn.Status.DELIVERY_FAILED)
+    _hand_on(turn_id=turn_id)
     return 1

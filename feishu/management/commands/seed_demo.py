@@ -20,12 +20,17 @@ class Command(BaseCommand):
         with transaction.atomic():
             demo = demo_seed()
             for bot in demo.bots:
-                Workspace.objects.get_or_create(
+                workspace, _ = Workspace.objects.get_or_create(
                     bot_profile=bot.slug, chat_id=DEMO_CHAT_ID, defaults={"name": "Demo group"}
                 )
+                # The demo shows the bots seeing each other's answers (issue 22): shared thread context on for
+                # its workspace (the hub's default, off, stays as it is for real chats).
+                if workspace.shared_thread_enabled is not True:
+                    workspace.shared_thread_enabled = True
+                    workspace.save(update_fields=["shared_thread_enabled"])
 
         self.stdout.write(f"Demo bots: {', '.join(bot.slug for bot in demo.bots)} (owner {demo.owner.get_username()})")
-        self.stdout.write(f"Demo Feishu workspace: chat {DEMO_CHAT_ID}")
+        self.stdout.write(f"Demo Feishu workspace: chat {DEMO_CHAT_ID} (shared thread context on)")
         for thread in (demo.chat_thread, demo.automation_thread):
             self.stdout.write(
                 f"{thread.runtime_mode} thread {thread.pk}: "

@@ -1,0 +1,158 @@
+"""One turn at a time per conversation, oldest request first (ARCHITECTURE §11.1, O1, O2, O4).
+
+A conversation is a turn's thread: a REST thread, a bot's Feishu session (topic, a chat's main timeline, DM), an
+automation's thread; discuss turns run in the session of the bot they woke. The exclusion lives in the database,
+so it holds across worker processes and hosts:
+
+- a turn may run only while no other turn of its thread is ahead of it: an older turn still open (queued,
+  running, or replied and not yet delivered: its reply reaches Feishu first, O4), or any other turn running or
+  replied (a newer one that won a race of commits). The check and the claim happen in one transaction holding
+  the thread's row lock (PostgreSQL; SQLite serialises its writers), so two claims of one thread never both pass;
+- a turn that finds its conversation busy does not wait in its worker: it is *deferred* (queued, `enqueued_at`
+  cleared) and its task ends at once;
+- the turn that finishes starts the next one: the oldest open turn of its thread, when that one is deferred
+  (`conversation_next_start`); the stamp is conditional, so only one finisher enqueues it;
+- a hand-back that was lost (the finishing worker died between finishing and enqueueing) is found by the sweeper:
+  a deferred turn at the head of its conversation looks like a refused enqueue (sweep.py);
+- a killed turn keeps its conversation only as long as its claim: the sweeper re-runs it once the claim is stale
+  (sweep.running_stale_seconds), it finishes, and hands the conversation on.
+
+Collect (O2, the bot's `queue_mode`): a turn starting its first run takes along the requests that queued behind it
+meanwhile (not started, same conversation, an addressed request: not a discuss or automation turn); each of those
+is `skipped` with `channel_state.collected_into` naming the turn that answers it, and the answering turn lists them
+in `channel_state.collected`. `followup` runs them one by one; `steer` collects at start like `collect` (the tool
+loop takes no input mid-run yet: docs/conversations.md).
+"""
+
+import logging
+
+from django.db import transaction
+from django.db.models import Exists, Q, QuerySet
+from django.utils import timezone
+
+from agents.models import Bot, Thread, Turn
+from agents.services.enqueue import turn_enqueue
+from agents.services.turns import ledger
+from agents.services.turns.ledger import OPEN_STATUSES, JSONKeysReplaced
+
+logger = logging.getLogger(__name__)
+
+# Turns a collecting turn may answer: a person's request to this bot, never a discuss wake or an automation run.
+COLLECTABLE_TRIGGERS = frozenset({Turn.Trigger.MENTION, Turn.Trigger.REPLY, Turn.Trigger.DM, Turn.Trigger.REST})
+# Channels whose prompt joins the collected requests (REST: model_input.turn_user_prompt; Feishu:
+# feishu.channel.collected); an automation's runs are never collected.
+COLLECTING_CHANNELS = frozenset({Thread.Channel.REST, Thread.Channel.FEISHU})
+ACTIVE_STATUSES = (Turn.Status.RUNNING, Turn.Status.REPLIED)
+# What holds a conversation: an open turn, and one paused for a person's approval (H1): the later requests wait
+# for its answer (O4), at most its server's approval timeout, after which the sweeper denies the call and it ends.
+HOLDING_STATUSES = OPEN_STATUSES | {Turn.Status.AWAITING_APPROVAL}
+COLLECTED_REASON = "Answered together with the other messages of turn {turn_id} (queue mode collect)."
+
+
+# What turn_claim_in_order returns when the conversation is busy (the turn was deferred).
+DEFERRED = "deferred"
+
+
+def turn_claim_in_order(*, turn_id: int) -> Turn | str | None:
+    """ledger.turn_claim, in conversation order: the claimed turn, DEFERRED when a turn of its conversation is
+    ahead (the turn waits, queued, for that one to hand the conversation on), or None when it is finished.
+    A first run takes along the requests waiting behind it (collect)."""
+    with transaction.atomic():
+        # The turn's thread, locked until the claim commits (PostgreSQL; SQLite serialises its writers): one read.
+        locked = Thread.objects.select_for_update(of=("self",)).filter(turns__pk=turn_id).values_list("pk", flat=True)
+        thread_id = next(iter(locked), None)
+        if thread_id is None:
+            return None
+        if (
+            Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED)
+            .filter(Exists(turns_ahead(thread_id=thread_id, turn_id=turn_id)))
+            .update(enqueued_at=None)
+        ):
+            logger.info("turn waits for its conversation", extra={"turn_id": turn_id, "thread_id": thread_id})
+            return DEFERRED
+        turn = ledger.turn_claim(turn_id=turn_id)
+        if turn is not None and turn.status == Turn.Status.RUNNING and turn.attempts == 1:
+            turns_collect(turn=turn)
+        return turn
+
+
+def turns_ahead(*, thread_id: int, turn_id: int) -> QuerySet[Turn]:
+    """The turns of the thread that must finish before `turn_id` runs."""
+    return (
+        Turn.objects.filter(thread_id=thread_id)
+        .exclude(pk=turn_id)
+        .filter(Q(pk__lt=turn_id, status__in=HOLDING_STATUSES) | Q(status__in=ACTIVE_STATUSES))
+    )
+
+
+def conversation_lock(*, thread_id: int) -> None:
+    """Inside a transaction: hold the thread's row until it ends (PostgreSQL; a no-op on SQLite, whose writers are
+    serialised by the database itself)."""
+    list(Thread.objects.select_for_update().filter(pk=thread_id).values_list("pk", flat=True))
+
+
+def conversation_hand_on(*, turn: Turn, outcome: str) -> None:
+    """After a run that ended in `outcome`: when that is a final status, the conversation goes to the next turn
+    waiting for it (a hand-on lost otherwise, e.g. a turn another run finished, is the sweeper's)."""
+    if outcome in ledger.FINISHED_STATUSES:
+        conversation_next_start(thread_id=turn.thread_id)
+
+
+def _head(*, thread_id: int) -> Turn | None:
+    return Turn.objects.filter(thread_id=thread_id, status__in=HOLDING_STATUSES).order_by("pk").first()
+
+
+def conversation_next_start(*, thread_id: int) -> int | None:
+    """The finishing turn hands its conversation on: enqueue the oldest open turn of the thread when it is deferred
+    (its own task ended). The id enqueued, or None. Called with no transaction open."""
+    with transaction.atomic():
+        conversation_lock(thread_id=thread_id)
+        head = _head(thread_id=thread_id)
+        if head is None or head.status != Turn.Status.QUEUED or head.enqueued_at is not None:
+            return None
+        # Conditional stamp: of two finishers (or a finisher and the sweeper), one enqueues it.
+        if not Turn.objects.filter(pk=head.pk, enqueued_at__isnull=True).update(enqueued_at=timezone.now()):
+            return None
+        head_id = head.pk
+        transaction.on_commit(lambda: turn_enqueue(turn_id=head_id))
+    logger.info("conversation handed on", extra={"thread_id": thread_id, "turn_id": head_id})
+    return head_id
+
+
+def turns_collect(*, turn: Turn) -> list[int]:
+    """Inside the first claim's transaction (conversation locked): the turns this one answers along with its own
+    request (queue mode collect or steer), oldest first, each marked skipped and linked to it."""
+    if turn.trigger not in COLLECTABLE_TRIGGERS or turn.bot.queue_mode == Bot.QueueMode.FOLLOWUP:
+        return []
+    if turn.thread.channel not in COLLECTING_CHANNELS:
+        return []
+    waiting = list(
+        Turn.objects.filter(
+            thread_id=turn.thread_id,
+            pk__gt=turn.pk,
+            status=Turn.Status.QUEUED,
+            attempts=0,
+            trigger__in=COLLECTABLE_TRIGGERS,
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if not waiting:
+        return []
+    now = timezone.now()
+    for waiting_id in waiting:
+        Turn.objects.filter(pk=waiting_id, status=Turn.Status.QUEUED).update(
+            status=Turn.Status.SKIPPED,
+            finished_at=now,
+            error=COLLECTED_REASON.format(turn_id=turn.pk),
+            channel_state=JSONKeysReplaced("channel_state", {"collected_into": turn.pk}),
+        )
+    Turn.objects.filter(pk=turn.pk).update(channel_state=JSONKeysReplaced("channel_state", {"collected": waiting}))
+    turn.channel_state = {**(turn.channel_state or {}), "collected": waiting}
+    logger.info("turn collects waiting messages", extra={"turn_id": turn.pk, "collected": waiting})
+    return waiting
+
+
+def collected_turn_ids(*, turn: Turn) -> list[int]:
+    """The turns whose requests this one answers besides its own (oldest first)."""
+    return [int(turn_id) for turn_id in (turn.channel_state or {}).get("collected", [])]
