@@ -6,6 +6,7 @@ the msgids listed here. `tests/test_model_strings.py` fails, listing the lines t
 this module does not have.
 """
 
+# Long because it is one flat catalogue of msgids, one per line, which reads and merges best whole.
 from django.utils.translation import gettext_noop
 
 MODEL_STRINGS = frozenset(

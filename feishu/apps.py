@@ -1,11 +1,9 @@
-import sys
-
 from celery.signals import worker_init
 from django.apps import AppConfig
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.utils.translation import gettext_lazy as _
 
-from feishu import lark_modules_load, lazy_module_is_loaded
+from feishu import lark_modules_load
 
 
 class FeishuConfig(AppConfig):
@@ -17,8 +15,10 @@ class FeishuConfig(AppConfig):
         # In ready(), not at the top: these modules load models, which raise AppRegistryNotReady before it.
         from agents.models import Bot, Thread
         from agents.services.turns import channel_register
-        from feishu.channel.turn_channel import FeishuAutomationChannel, FeishuChannel
+        from feishu.channel.automation import FeishuAutomationChannel
+        from feishu.channel.turn_channel import FeishuChannel
         from feishu.inbound.intake import bot_cache_forget
+        from feishu.inbound.webhook_bots import bot_cache_forget as webhook_bot_cache_forget
         from threadcontext.services import bot_profile_forget, bot_profile_rename
 
         # The bridge's channels of the one turn pipeline (agents defines the port and never imports the bridge).
@@ -27,10 +27,7 @@ class FeishuConfig(AppConfig):
 
         def forget(sender, instance, **kwargs) -> None:
             bot_cache_forget(bot_pk=instance.pk)  # the intake worker's cache of an event's bot
-            # A process that never loaded the webhook (a command, beat) caches no bot: reading the lazy module
-            # here would import lark-oapi for nothing (feishu).
-            if lazy_module_is_loaded("feishu.inbound.webhook"):
-                sys.modules["feishu.inbound.webhook"].bot_cache_forget(bot_pk=instance.pk, slug=instance.slug)
+            webhook_bot_cache_forget(bot_pk=instance.pk, slug=instance.slug)  # the webhook's, by slug
 
         # A Celery worker calls Feishu: lark-oapi is loaded as it starts, in the parent before the pool forks,
         # never inside a task (the WSGI app does the same in amuxweb/wsgi.py).

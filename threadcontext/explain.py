@@ -113,26 +113,9 @@ def text_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return [line(headers), line(["-" * width for width in widths])] + [line(row) for row in rows]
 
 
-def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = False) -> str:
-    data = decision_explain_data(decision=decision)
-    diagnostics = data["diagnostics"]
-    lines = [
-        f"profile:       {data['profile']}",
-        f"bridge_id:     {data['bridge_id']}",
-        f"decision_id:   {data['decision_id']}",
-        f"root_msg_id:   {data['root_msg_id']}",
-        f"message_id:    {data['message_id']}",
-        f"mode:          {data['mode']}"
-        + (MODE_NOT_APPLIED if diagnostics.get("thread_context_enabled") is False else ""),
-        f"request_text:  {text_preview(data['request_text'], 200)}",
-        f"context chars: {data['context_chars']}",
-        f"prompt chars:  {data['prompt_chars']}",
-        (
-            f"trimmed:       item_limit={diagnostics.get('trimmed_by_item_limit', 0)} "
-            f"(limit {diagnostics.get('item_limit', '?')}), "
-            f"char_budget={diagnostics.get('trimmed_by_char_budget', 0)} (budget {diagnostics.get('max_chars', '?')})"
-        ),
-    ]
+def _steering_lines(diagnostics: dict) -> list[str]:
+    """What steered the selection: a clear, pins over the budget, a summary, the setting, a discuss transcript."""
+    lines: list[str] = []
     if diagnostics.get("cleared_through_id"):
         lines.append(
             f"cleared:       /context clear: items up to {diagnostics['cleared_through_id']} are left out "
@@ -157,40 +140,50 @@ def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = Fa
         # O5: a discuss turn gets the conversation its judge saw whatever the setting above says.
         lines += ["", f"discuss transcript ({len(transcript)} lines, what the judge saw; always given):"]
         lines += [f"  {text_preview(line, 200)}" for line in transcript]
-    lines.append("")
-    lines.append(f"selected items ({len(data['selected'])}):")
-    if data["selected"]:
-        rows = [
-            [
-                str(item["id"]),
-                item["item_type"],
-                item["source"] + (" (truncated)" if item.get("truncated") else ""),
-                item.get("reason", "recent"),
-                str(item["chars"]),
-                text_preview(item["preview"], PREVIEW_WIDTH),
-            ]
-            for item in data["selected"]
+    return lines
+
+
+def _items_lines(title: str, items: list[dict], *, selected: bool) -> list[str]:
+    lines = ["", f"{title} ({len(items)}):"]
+    if not items:
+        return [*lines, "(none)"]
+    rows = [
+        [
+            str(item["id"]),
+            item["item_type"],
+            item["source"] + (" (truncated)" if selected and item.get("truncated") else ""),
+            item.get("reason", "recent") if selected else item["reason"],
+            str(item["chars"]),
+            text_preview(item["preview"], PREVIEW_WIDTH),
         ]
-        lines.extend(text_table(["id", "type", "source", "reason", "chars", "preview"], rows))
-    else:
-        lines.append("(none)")
-    lines.append("")
-    lines.append(f"excluded items ({len(data['excluded'])}):")
-    if data["excluded"]:
-        rows = [
-            [
-                str(item["id"]),
-                item["item_type"],
-                item["source"],
-                item["reason"],
-                str(item["chars"]),
-                text_preview(item["preview"], PREVIEW_WIDTH),
-            ]
-            for item in data["excluded"]
-        ]
-        lines.extend(text_table(["id", "type", "source", "reason", "chars", "preview"], rows))
-    else:
-        lines.append("(none)")
+        for item in items
+    ]
+    return lines + text_table(["id", "type", "source", "reason", "chars", "preview"], rows)
+
+
+def decision_explain_text(*, decision: ThreadContextDecision, verbose: bool = False) -> str:
+    data = decision_explain_data(decision=decision)
+    diagnostics = data["diagnostics"]
+    lines = [
+        f"profile:       {data['profile']}",
+        f"bridge_id:     {data['bridge_id']}",
+        f"decision_id:   {data['decision_id']}",
+        f"root_msg_id:   {data['root_msg_id']}",
+        f"message_id:    {data['message_id']}",
+        f"mode:          {data['mode']}"
+        + (MODE_NOT_APPLIED if diagnostics.get("thread_context_enabled") is False else ""),
+        f"request_text:  {text_preview(data['request_text'], 200)}",
+        f"context chars: {data['context_chars']}",
+        f"prompt chars:  {data['prompt_chars']}",
+        (
+            f"trimmed:       item_limit={diagnostics.get('trimmed_by_item_limit', 0)} "
+            f"(limit {diagnostics.get('item_limit', '?')}), "
+            f"char_budget={diagnostics.get('trimmed_by_char_budget', 0)} (budget {diagnostics.get('max_chars', '?')})"
+        ),
+    ]
+    lines += _steering_lines(diagnostics)
+    lines += _items_lines("selected items", data["selected"], selected=True)
+    lines += _items_lines("excluded items", data["excluded"], selected=False)
     for recalled in data["recalled"]:
         when = "before this decision" if recalled["before_decision"] else "after this decision (later ones skip it)"
         lines.append(f"recalled {recalled['message_id']}: removed from thread context {when}")

@@ -20,12 +20,11 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
 - failed: the receipt replaced by the failure emoji, and one line to the chat;
 - notice: one line to the chat (failure, delivery failure, unreadable quote);
 - approval_requested / approval_decided: the approval card of a paused tool call, and a decision made elsewhere.
-`FeishuAutomationChannel` posts an automation run's answer to its `feishu_chat_id` the same way (item 8).
+`FeishuAutomationChannel` (feishu.channel.automation) posts an automation run's answer the same way (item 8).
 """
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from django.db import transaction
 
@@ -34,7 +33,6 @@ from agents.secrets import hub_secrets, turn_redactions_add
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns import (
     DeliveryPermanent,
-    DeliveryRetryable,
     Prepared,
     PrepareRetryable,
     Skip,
@@ -43,7 +41,7 @@ from agents.services.turns import (
     turn_get_or_create,
 )
 from agents.services.turns.assembly import DEFAULT_CONTEXT_WINDOW_TOKENS, text_within_tokens
-from agents.services.turns.channels import AutomationChannel, StreamSink, failure_notice_text
+from agents.services.turns.channels import StreamSink, failure_notice_text
 from core.redaction import redact
 from core.tasks_enqueue import task_enqueue
 from core.text import TranslatableText
@@ -58,6 +56,7 @@ from feishu.channel.collected import (
 )
 from feishu.channel.discuss_context import discuss_prompt_with_transcript
 from feishu.channel.handoff import UNSENT_REPLY_PREFIX, chat_handoff_targets, handoff_text_render, handoffs_dispatch
+from feishu.channel.sending import bot_reply_format, delivery_finished, rows_send
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
 from feishu.inbound.messages import (
@@ -67,10 +66,8 @@ from feishu.inbound.messages import (
     inbound_message_build,
 )
 from feishu.inbound.parsing import ParsedMessage
-from feishu.models import OutboundDelivery
 from feishu.outbound.api_errors import FeishuApiError
-from feishu.outbound.cards import ReplyFormat
-from feishu.outbound.delivery import OutgoingText, deliveries_prepare, deliveries_send, feishu_notice_send
+from feishu.outbound.delivery import OutgoingText, deliveries_prepare, feishu_notice_send
 from feishu.outbound.replies import (
     CardStreamSink,
     receipt_add,
@@ -97,7 +94,6 @@ from threadcontext.services import (
 )
 
 logger = logging.getLogger(__name__)
-_Sent = TypeVar("_Sent")
 
 
 def feishu_turn_start(*, bot: Bot, message, trigger: str, activation_contract: str = "") -> Turn | None:
@@ -138,11 +134,6 @@ def discuss_contract_get(*, turn: Turn) -> str:
         ProbeJudgement.objects.filter(turn_id=turn.pk, activated=True).order_by("id").values_list("reason", flat=True)
     ).first()
     return activation_contract(reason=reason) if reason is not None else ""
-
-
-def _reply_format(bot: Bot) -> ReplyFormat:
-    """The bot's stored format as the outbound code names it (the column's choices are these two values)."""
-    return "text" if bot.reply_format == "text" else "markdown_card"
 
 
 class FeishuChannel(TurnChannel):
@@ -268,7 +259,7 @@ class FeishuChannel(TurnChannel):
         targets = chat_handoff_targets(turn=turn, parsed=parsed, text=reply.content)
         if state.card_id or state.is_fallback:
             # A card was started while the model streamed (or Feishu refused it): finish it with the whole reply.
-            message_ids = _finished(lambda: stream_reply_finish(turn=turn, parsed=target, text=reply.content))
+            message_ids = delivery_finished(lambda: stream_reply_finish(turn=turn, parsed=target, text=reply.content))
             if targets:  # an @ added by a card update notifies nobody: one line that carries the real mentions
                 self._mentions_send(turn=turn, parsed=target, targets=targets)
         else:
@@ -279,12 +270,12 @@ class FeishuChannel(TurnChannel):
                     chat_id=parsed.chat_id,
                     reply_to_message_id=target.message_id,
                     reply_in_thread=target.is_in_topic,
-                    text=handoff_text_render(text=reply.content, targets=targets, reply_format=_reply_format(bot)),
+                    text=handoff_text_render(text=reply.content, targets=targets, reply_format=bot_reply_format(bot)),
                     source_message_id=turn.source_message_id,
-                    reply_format=_reply_format(bot),
+                    reply_format=bot_reply_format(bot),
                 )
             )
-            message_ids = [row.feishu_message_id for row in _send(rows=rows)]
+            message_ids = [row.feishu_message_id for row in rows_send(rows=rows)]
         first_message_id = next((message_id for message_id in message_ids if message_id), "")
         thread_event_record_agent_output(
             bridge_id=bot.bridge_id,
@@ -368,66 +359,3 @@ def context_summary_enqueue(*, turn: Turn) -> None:
         transaction.on_commit(
             lambda: task_enqueue(task=context_summary_task, args=[decision_id, bot_id], what="context summary")
         )
-
-
-class FeishuAutomationChannel(AutomationChannel):
-    """An automation run, posted to the automation's Feishu chat when it has one (item 8)."""
-
-    @staticmethod
-    def _chat_id(turn: Turn) -> str:
-        automation = getattr(turn.thread, "automation", None)
-        return automation.feishu_chat_id if automation is not None else ""
-
-    @staticmethod
-    def _topic_message_id(turn: Turn) -> str:
-        """Issue 25: a /schedule made in a topic posts each run into that topic (a reply in thread to it)."""
-        automation = getattr(turn.thread, "automation", None)
-        return automation.feishu_topic_message_id if automation is not None else ""
-
-    def deliver(self, *, turn: Turn, reply: Message) -> None:
-        chat_id = self._chat_id(turn)
-        if not chat_id:
-            return
-        topic_message_id = self._topic_message_id(turn)
-        rows = deliveries_prepare(
-            outgoing=OutgoingText(
-                bot=turn.bot,
-                turn=turn,
-                chat_id=chat_id,
-                reply_to_message_id=topic_message_id,
-                reply_in_thread=bool(topic_message_id),
-                text=reply.content,
-                source_message_id=turn.source_message_id,
-                reply_format=_reply_format(turn.bot),
-            )
-        )
-        _send(rows=rows)
-
-    def notice(self, *, turn: Turn, text: TranslatableText, purpose: str) -> None:
-        chat_id = self._chat_id(turn)
-        if chat_id:
-            topic_message_id = self._topic_message_id(turn)
-            feishu_notice_send(
-                bot=turn.bot,
-                chat_id=chat_id,
-                reply_to_message_id=topic_message_id,
-                reply_in_thread=bool(topic_message_id),
-                text=text,
-                purpose=purpose,
-                source_key=turn.source_message_id,
-            )
-
-
-def _send(*, rows: list[OutboundDelivery]) -> list[OutboundDelivery]:
-    return _finished(lambda: deliveries_send(deliveries=rows))
-
-
-def _finished(send: Callable[[], _Sent]) -> _Sent:
-    """Run a delivery; Feishu's refusal becomes the runner's DeliveryRetryable (429, 5xx) or DeliveryPermanent."""
-    try:
-        return send()
-    except FeishuApiError as error:
-        reason = f"{error.code} {error.message}"
-        if error.is_retryable:
-            raise DeliveryRetryable(reason) from error
-        raise DeliveryPermanent(reason) from error

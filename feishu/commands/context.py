@@ -20,8 +20,9 @@ from feishu.commands.grammar import (
 )
 from feishu.inbound.parsing import ParsedMessage
 from feishu.outbound.cards import ReplyFormat
+from threadcontext.candidates import MAX_PINS
 from threadcontext.models import Workspace
-from threadcontext.selectors import MAX_PINS, ContextRequest, context_package_build
+from threadcontext.selectors import ContextRequest, context_package_build
 from threadcontext.services.steering import (
     PIN_ALREADY,
     PIN_DONE,

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from feishu.channel import approvals as feishu_approvals
 from feishu.inbound import webhook as feishu_webhook
 from feishu.inbound.refusals import Reason, webhook_refusal_count, webhook_refusal_count_unknown
+from feishu.inbound.webhook_bots import webhook_bot_get
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ LOGGED_SLUG_CHARS = 64
 @require_POST
 def webhook(request: HttpRequest, bot_slug: str) -> HttpResponse:
     try:
-        bot = feishu_webhook.webhook_bot_get(slug=bot_slug)
+        bot = webhook_bot_get(slug=bot_slug)
     except DatabaseError:
         # The database is away (a restart, a failover): nothing was read or stored, and Feishu retries a non-200.
         logger.warning("feishu webhook: the bot could not be read", extra={"bot": bot_slug[:LOGGED_SLUG_CHARS]})

@@ -8,6 +8,7 @@ from lark_oapi.core.token.manager import TokenManager
 
 from agents.models import Turn
 from feishu.inbound import webhook as feishu_webhook
+from feishu.inbound import webhook_bots
 from feishu.outbound import client as feishu_client
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent, Workspace
 
@@ -112,7 +113,7 @@ def test_c1_after_a_restart_coder_still_gets_the_plan(feishu, team):
     plan = turn_of(planner, "om_p1").reply_message.content
     # the hub restarts: every in-process cache is gone, only the database remains
     feishu_webhook._handlers.clear()
-    feishu_webhook._bots.clear()
+    webhook_bots._bots.clear()
     feishu_client._clients.clear()
     TokenManager.cache = LocalCache()
 

@@ -11,6 +11,7 @@ from django.test import TestCase
 
 from agents.models import Bot
 from feishu.inbound import webhook as feishu_webhook
+from feishu.inbound import webhook_bots
 from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 from feishu.outbound import client as feishu_client
 from feishu.outbound.sdk import LocalCache, TokenManager
@@ -112,7 +113,7 @@ def feishu_stub(settings):
     TokenManager.cache = LocalCache()  # the SDK's token cache is process-global
     feishu_client._clients.clear()
     feishu_webhook._handlers.clear()
-    feishu_webhook._bots.clear()
+    webhook_bots._bots.clear()
     yield server.stub
     server.stop()
     TokenManager.cache = LocalCache()

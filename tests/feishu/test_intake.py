@@ -11,6 +11,7 @@ from kombu.exceptions import OperationalError
 
 from agents.models import Turn
 from feishu.inbound import webhook as feishu_webhook
+from feishu.inbound import webhook_bots
 from feishu.inbound.routing import inbound_event_process
 from feishu.models import InboundEvent, OutboundDelivery
 from feishu.outbound import client as feishu_client
@@ -31,7 +32,7 @@ def test_f2_same_message_four_times_is_one_turn_and_one_reply(feishu, make_feish
     payload["header"]["event_id"] = "replayed-event-id-1"
     replay = feishu.post(bot, payload)
     feishu_webhook._handlers.clear()  # the process restarted: every in-memory cache is gone
-    feishu_webhook._bots.clear()
+    webhook_bots._bots.clear()
     feishu_client._clients.clear()
     payload["header"]["event_id"] = "replayed-event-id-2"
     after_restart = feishu.post(bot, payload)

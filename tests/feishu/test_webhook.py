@@ -307,7 +307,7 @@ def test_f1_bot_cache_expires_and_a_save_in_this_process_drops_it_at_once(make_f
     from django.db import connection
 
     from agents.models import Bot
-    from feishu.inbound.webhook import BOT_CACHE_SECONDS, webhook_bot_get
+    from feishu.inbound.webhook_bots import BOT_CACHE_SECONDS, webhook_bot_get
 
     bot = make_feishu_bot()
     assert webhook_bot_get(slug=bot.slug, now=0.0).pk == bot.pk

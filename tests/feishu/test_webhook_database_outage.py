@@ -5,7 +5,7 @@ import pytest
 from django.db import OperationalError
 
 from agents.models import Bot
-from feishu.inbound import webhook as feishu_webhook
+from feishu.inbound import webhook_bots
 from feishu.models import InboundEvent
 
 pytestmark = pytest.mark.django_db
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 def test_the_bot_unreadable_is_a_503_and_stores_nothing(feishu, make_feishu_bot, mocker):
     # given: the bot is not cached in this process, and the database cuts the connection (a fast restart)
     bot = make_feishu_bot()
-    feishu_webhook._bots.clear()
+    webhook_bots._bots.clear()
     mocker.patch.object(Bot.objects, "filter", side_effect=OperationalError("terminating connection"))
     # when
     response, _ = feishu.say(bot, text="hello")
@@ -28,7 +28,7 @@ def test_the_bot_unreadable_is_a_503_and_stores_nothing(feishu, make_feishu_bot,
 def test_after_the_outage_the_resent_event_is_stored_once(feishu, make_feishu_bot, mocker):
     # given: the first push met the outage
     bot = make_feishu_bot()
-    feishu_webhook._bots.clear()
+    webhook_bots._bots.clear()
     mocker.patch.object(Bot.objects, "filter", side_effect=OperationalError("connection refused"))
     first, payload = feishu.say(bot, text="hello")
     mocker.stopall()

@@ -8,6 +8,7 @@ import pytest
 
 from agents.models import Turn
 from feishu.inbound import webhook as feishu_webhook
+from feishu.inbound import webhook_bots
 from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 from feishu.models import InboundEvent, OutboundDelivery
 from tests.helpers import wait_for
@@ -32,7 +33,7 @@ def test_f2_four_deliveries_one_turn_one_reply_on_a_real_worker(celery_worker, c
         payload["header"]["event_id"] = f"evt-{attempt}"
         if attempt == 2:
             feishu_webhook._handlers.clear()
-            feishu_webhook._bots.clear()
+            webhook_bots._bots.clear()
         signed = event_request_build(payload=payload, encrypt_key=bot.feishu_encrypt_key)
         headers = {k: v for k, v in signed.django_headers().items() if k != "HTTP_CONTENT_TYPE"}
         statuses.append(

@@ -7,9 +7,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
+from threadcontext.candidates import RULED_OUT_LIMIT
 from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
 from threadcontext.selectors import (
-    RULED_OUT_LIMIT,
     ContextRequest,
     context_item_text_get,
     context_package_build,

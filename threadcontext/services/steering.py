@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.db.models import Case, IntegerField, Value, When
 
+from threadcontext.candidates import MAX_PINS
 from threadcontext.models import ContextClear, ContextPin, ThreadContextItem
-from threadcontext.selectors import MAX_PINS
 
 logger = logging.getLogger(__name__)
 
