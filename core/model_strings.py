@@ -6,6 +6,7 @@ the msgids listed here. `tests/test_model_strings.py` fails, listing the lines t
 this module does not have.
 """
 
+# Long because it lists every model string of the hub in one place, which is what makes it checkable.
 from django.utils.translation import gettext_noop
 
 MODEL_STRINGS = frozenset(
@@ -398,5 +399,15 @@ MODEL_STRINGS = frozenset(
         gettext_noop("requested by"),
         gettext_noop("step calls"),
         gettext_noop("via"),
+        # issue 26: voice messages (H3)
+        gettext_noop("Not transcribed"),
+        gettext_noop("The Feishu voice message."),
+        gettext_noop("Transcribed"),
+        gettext_noop("Transcribes voice messages (an OpenAI-compatible provider's model); empty: they stay a label."),
+        gettext_noop("Why it was not transcribed."),
+        gettext_noop("audio bytes"),
+        gettext_noop("audio seconds"),
+        gettext_noop("model name"),
+        gettext_noop("transcription model"),
     }
 )
