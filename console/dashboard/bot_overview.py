@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Q, Sum
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
-from agents.models import Bot, Turn
+from agents.models import Bot, Turn, VoiceTranscription
+from console.dashboard.costs import WINDOWS
 from console.dashboard.selectors import BotRow, dashboard_rows
 from console.dashboard.setup import event_url
 from core.admin import list_url
@@ -35,6 +38,8 @@ class BotOverview:
     check: FeishuCredentialCheck | None
     connection: FeishuConnection | None
     last_event: InboundEvent | None
+    # H3: seconds of voice the bot's transcription model was sent, per cost window (24h, 7d, 30d).
+    voice_seconds: dict[str, int]
 
 
 def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
@@ -60,4 +65,14 @@ def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
         check=FeishuCredentialCheck.objects.filter(bot=bot).first(),
         connection=FeishuConnection.objects.filter(bot=bot).first(),
         last_event=InboundEvent.objects.filter(bot=bot).order_by("-received_at", "-pk").first(),
+        voice_seconds=_voice_seconds(bot=bot),
     )
+
+
+def _voice_seconds(*, bot: Bot) -> dict[str, int]:
+    """One aggregate: the seconds of voice transcribed for the bot in each of the cost table's windows."""
+    now = timezone.now()
+    sums = {
+        name: Coalesce(Sum("audio_seconds", filter=Q(created_at__gte=now - span)), 0) for name, span in WINDOWS
+    }
+    return VoiceTranscription.objects.filter(bot=bot).aggregate(**sums)

@@ -11,6 +11,7 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from agents.models import Bot, Turn, VoiceTranscription
@@ -66,7 +67,9 @@ def voice_bot(make_feishu_bot, llm_stub):
     return make_feishu_bot(primary_model=model_for("openai_chat", llm_stub), transcription_model=transcriber(llm_stub))
 
 
-def test_h3_a_voice_message_is_transcribed_once_and_the_transcript_is_the_request(feishu, voice_bot, llm_stub):
+def test_h3_a_voice_message_is_transcribed_once_and_the_transcript_is_the_request(
+    feishu, voice_bot, llm_stub, admin_client
+):
     # given: the provider hears the voice, and the speaker happened to read out the bot's app secret
     llm_stub.enqueue("openai_audio", StubResponse(body={"text": f"{SAID} with {voice_bot.feishu_app_secret}"}))
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Restarting it.")))
@@ -96,6 +99,11 @@ def test_h3_a_voice_message_is_transcribed_once_and_the_transcript_is_the_reques
         "whisper-1",
     )
     assert voice_bot.feishu_app_secret not in row.text
+    # the bot's page counts the seconds beside its cost; the admin lists the transcription
+    page = admin_client.get(reverse("admin:agents_bot_change", args=[voice_bot.pk])).content.decode()
+    assert 'data-voice="24h">5<' in page and "transcription_model" in page
+    listing = admin_client.get(reverse("admin:agents_voicetranscription_changelist")).content.decode()
+    assert "om_voice" in listing
 
 
 def test_h3_without_a_transcription_model_the_voice_stays_a_label(feishu, make_feishu_bot, llm_stub):
