@@ -39,6 +39,8 @@ NOTE_NO_CREDENTIALS = "not transcribed: the bot has no Feishu credentials to dow
 NOTE_TOO_LONG = "not transcribed: longer than the {limit} s limit"
 NOTE_TOO_LARGE = "not transcribed: larger than the {limit} limit"
 NOTE_DOWNLOAD_FAILED = "not transcribed: the download failed ({reason})"
+NOTE_MODEL_UNUSABLE = "not transcribed: the transcription model is disabled or not on an OpenAI-compatible provider"
+TRANSCRIBING_KINDS = ("openai_chat", "openai_responses")  # the providers the openai SDK speaks to
 DEFAULT_FILENAME = "voice.ogg"  # Feishu's voice messages are Opus in an Ogg container
 
 
@@ -86,6 +88,11 @@ def _failed(reason: str) -> dict:
 
 def _transcribe(*, bot: Bot, parsed: ParsedMessage, audio: Attachment) -> dict:
     """The VoiceTranscription fields of one attempt: download within the caps, then the provider."""
+    model = bot.transcription_model
+    assert model is not None  # checked by the caller
+    provider = model.provider
+    if not (model.is_enabled and provider.is_enabled and provider.kind in TRANSCRIBING_KINDS):
+        return _failed(NOTE_MODEL_UNUSABLE)
     if _seconds(audio) > settings.FEISHU_VOICE_MAX_SECONDS:
         return _failed(NOTE_TOO_LONG.format(limit=settings.FEISHU_VOICE_MAX_SECONDS))
     limit = settings.FEISHU_VOICE_MAX_BYTES
@@ -97,12 +104,10 @@ def _transcribe(*, bot: Bot, parsed: ParsedMessage, audio: Attachment) -> dict:
         return _failed(NOTE_TOO_LARGE.format(limit=size_text(limit)))
     except FeishuApiError as error:
         return _failed(NOTE_DOWNLOAD_FAILED.format(reason=f"Feishu code {error.code}" if error.code else "no answer"))
-    model = bot.transcription_model
-    assert model is not None  # checked by the caller
     name = resource.name if PurePosixPath(resource.name).suffix else DEFAULT_FILENAME
     try:
         transcript = audio_transcribe(
-            settings=provider_settings(provider=model.provider), model=model.name, audio=resource.content, filename=name
+            settings=provider_settings(provider=provider), model=model.name, audio=resource.content, filename=name
         )
     except TranscriptionFailed as failure:
         return _failed(f"not transcribed: {failure.reason}") | {"audio_bytes": len(resource.content)}

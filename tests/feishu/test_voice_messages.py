@@ -125,15 +125,16 @@ def test_h3_without_a_transcription_model_the_voice_stays_a_label(feishu, make_f
     [
         (StubResponse(status=500, body={"error": {"message": "boom sk-voice-key"}}), "answered HTTP 500", 1),
         (StubResponse(body=NON_JSON_BODY, content_type="text/html"), "returned no text", 1),
-        (None, "larger than the 100 bytes limit", 0),
+        ("FEISHU_VOICE_MAX_BYTES", "larger than the 100 bytes limit", 0),
+        ("FEISHU_VOICE_MAX_SECONDS", "longer than the 3 s limit", 0),
     ],
-    ids=["provider-500", "provider-not-json", "too-big"],
+    ids=["provider-500", "provider-not-json", "too-big", "too-long"],
 )
 def test_h3_a_failed_transcription_keeps_the_label_says_why_and_the_turn_answers(
     feishu, voice_bot, llm_stub, settings, caplog, failure, reason, uploads
 ):
-    if failure is None:
-        settings.FEISHU_VOICE_MAX_BYTES = 100
+    if isinstance(failure, str):  # a cap: 100 bytes (the voice has more), 3 s (it lasts 4.2 s)
+        setattr(settings, failure, 100 if failure.endswith("BYTES") else 3)
     else:
         llm_stub.enqueue("openai_audio", failure)
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Sorry, say it again?")))
