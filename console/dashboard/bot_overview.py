@@ -72,7 +72,5 @@ def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
 def _voice_seconds(*, bot: Bot) -> dict[str, int]:
     """One aggregate: the seconds of voice transcribed for the bot in each of the cost table's windows."""
     now = timezone.now()
-    sums = {
-        name: Coalesce(Sum("audio_seconds", filter=Q(created_at__gte=now - span)), 0) for name, span in WINDOWS
-    }
+    sums = {name: Coalesce(Sum("audio_seconds", filter=Q(created_at__gte=now - span)), 0) for name, span in WINDOWS}
     return VoiceTranscription.objects.filter(bot=bot).aggregate(**sums)

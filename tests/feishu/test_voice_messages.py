@@ -18,6 +18,7 @@ from agents.models import Bot, Turn, VoiceTranscription
 from feishu.discuss.fire import FIRE_STARTED
 from feishu.discuss.sweep import discuss_wakes_sweep
 from feishu.inbound.signing import message_event_payload
+from feishu.models import DiscussWake
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.agents.test_llm_adapters import model_for
 from tests.feishu.conftest import feishu, feishu_stub, make_feishu_bot  # noqa: F401 - fixtures
@@ -131,7 +132,7 @@ def test_h3_without_a_transcription_model_the_voice_stays_a_label(feishu, make_f
     ids=["provider-500", "provider-not-json", "too-big", "too-long"],
 )
 def test_h3_a_failed_transcription_keeps_the_label_says_why_and_the_turn_answers(
-    feishu, voice_bot, llm_stub, settings, caplog, failure, reason, uploads
+    feishu, voice_bot, llm_stub, settings, caplog, admin_client, failure, reason, uploads
 ):
     if isinstance(failure, str):  # a cap: 100 bytes (the voice has more), 3 s (it lasts 4.2 s)
         setattr(settings, failure, 100 if failure.endswith("BYTES") else 3)
@@ -147,13 +148,15 @@ def test_h3_a_failed_transcription_keeps_the_label_says_why_and_the_turn_answers
     assert "[audio: 4 s (not transcribed: " in sent and reason in sent and "[voice]" not in sent
     turn = Turn.objects.get(bot=voice_bot)
     assert turn.status == "delivered" and reason in json.dumps(turn.model_input)
+    explain = admin_client.get(reverse("admin:feishu_turn_explain", args=[turn.pk])).content.decode()
+    assert 'id="explain-voice"' in explain and "Not transcribed" in explain and reason in explain
     row = VoiceTranscription.objects.get(bot=voice_bot)
     assert (row.status, row.audio_seconds, row.text) == ("failed", 0, "") and reason in row.reason
     assert "sk-voice-key" not in caplog.text and "sk-voice-key" not in row.reason
 
 
 def test_h3_a_discuss_judge_and_thread_context_read_the_transcript(
-    feishu, make_feishu_bot, make_judge, llm_stub, django_capture_on_commit_callbacks
+    feishu, make_feishu_bot, make_judge, llm_stub, django_capture_on_commit_callbacks, admin_client
 ):
     # given: a discuss bot whose judge is Anthropic at the stub, in a group; the judge will say send
     bot = make_feishu_bot(
@@ -192,3 +195,7 @@ def test_h3_a_discuss_judge_and_thread_context_read_the_transcript(
     assert set(ThreadEvent.objects.filter(message_id="om_group_voice").values_list("text", flat=True)) == {
         f"[voice] {SAID}"
     }
+    # explain of the wake says it was transcribed, and how long it was
+    wake = DiscussWake.objects.get(bot=bot)
+    explain = admin_client.get(reverse("admin:feishu_discusswake_explain", args=[wake.pk])).content.decode()
+    assert "om_group_voice · Transcribed · 5 s" in explain
