@@ -418,5 +418,15 @@ MODEL_STRINGS = frozenset(
         gettext_noop("history"),
         gettext_noop("last reconnect at"),
         gettext_noop("last reconnect reason"),
+        # issue 26: voice messages (H3)
+        gettext_noop("Not transcribed"),
+        gettext_noop("The Feishu voice message."),
+        gettext_noop("Transcribed"),
+        gettext_noop("Transcribes voice messages (an OpenAI-compatible provider's model); empty: they stay a label."),
+        gettext_noop("Why it was not transcribed."),
+        gettext_noop("audio bytes"),
+        gettext_noop("audio seconds"),
+        gettext_noop("model name"),
+        gettext_noop("transcription model"),
     }
 )

@@ -7,7 +7,7 @@ bridge because it needs every app; probe and threadcontext stay ignorant of each
 
 from typing import Any
 
-from agents.models import Turn
+from agents.models import Turn, VoiceTranscription
 from feishu.channel.brake import turn_chain
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, OutboundDelivery
 from probe.models import ProbeJudgement
@@ -100,6 +100,19 @@ def _arbitration(*, wake: DiscussWake | None, turn: Turn | None) -> dict[str, An
     }
 
 
+def _voice(*, bot, message_ids: list[str]) -> list[dict[str, Any]]:
+    rows = VoiceTranscription.objects.filter(bot=bot, message_id__in=set(message_ids)).order_by("id")
+    return [
+        {
+            "message_id": row.message_id,
+            "status": row.get_status_display(),
+            "reason": row.reason,
+            "audio_seconds": row.audio_seconds,
+        }
+        for row in rows
+    ]
+
+
 def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None) -> dict[str, Any]:
     """Everything about one wake (and the turn it started), or about one turn (and the wake behind it, if any)."""
     wake = None
@@ -161,6 +174,12 @@ def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None)
         "arbitration": _arbitration(wake=wake, turn=turn),
         # B1/B2: the hand-offs that led to this turn, the person's request first ("asked by Planner in turn N").
         "chain": turn_chain(turn=turn) if turn is not None and turn.asked_by_id else [],
+        # H3: what came of the voice messages the judge and the turn read (transcribed, or why not, and seconds).
+        "voice": _voice(
+            bot=bot,
+            message_ids=(list(wake.message_ids) if wake is not None else [])
+            + ([turn.source_message_id] if turn is not None else []),
+        ),
         # B1, the asking side: the bots this turn's answer handed off to, and their turns.
         "handed_to": [
             {"turn_id": handed.pk, "bot": handed.bot.name, "status": handed.status, "error": handed.error}

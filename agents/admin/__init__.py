@@ -3,7 +3,7 @@ from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
 from agents import models
-from agents.admin import approvals, bots, mcp, providers, threads, tokens, turns  # noqa: F401
+from agents.admin import approvals, bots, mcp, providers, threads, tokens, turns, voice  # noqa: F401
 from core.admin import model_names, model_strings_translate
 
 # The console's name, in the operator's language (the agents admin loads first of the hub's apps).
@@ -24,5 +24,6 @@ for model, singular, plural in [
     (models.McpServer, _("MCP server"), _("MCP servers")),
     (models.ToolApproval, _("tool approval"), _("tool approvals")),
     (models.ToolApprovalDecision, _("approval decision"), _("approval decisions")),
+    (models.VoiceTranscription, _("voice transcription"), _("voice transcriptions")),
 ]:
     model_names(model, singular, plural)

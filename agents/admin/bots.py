@@ -98,7 +98,7 @@ class BotAdmin(WriteOnlySecretsAdmin):
     ]
     search_fields = ["slug", "name", "owner__username", "feishu_app_id"]
     list_select_related = ["owner", "primary_model", "primary_model__provider"]
-    autocomplete_fields = ["owner", "primary_model", "discuss_probe_model", "summary_model"]
+    autocomplete_fields = ["owner", "primary_model", "discuss_probe_model", "summary_model", "transcription_model"]
     prepopulated_fields = {"slug": ["name"]}
     fieldsets = [
         (None, {"fields": ["slug", "name", "owner", "primary_model", "system_prompt", "language", "is_enabled"]}),
@@ -115,6 +115,7 @@ class BotAdmin(WriteOnlySecretsAdmin):
                 ]
             },
         ),
+        (_("Voice messages"), {"fields": ["transcription_model"]}),
         (_("Tools"), {"fields": ["tool_max_steps", "tool_time_budget_seconds", "tool_call_timeout_seconds"]}),
         (
             _("Feishu app"),

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from agents.models.automations import Automation
 from agents.models.tools import McpServer, ToolApproval, ToolApprovalDecision, TurnToolCall
 from agents.models.turns import Turn
+from agents.models.voice import VoiceTranscription
 from core.fields import EncryptedTextField
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Turn",
     "TurnToolCall",
     "UserProfile",
+    "VoiceTranscription",
 ]
 
 
@@ -158,6 +160,17 @@ class Bot(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
         help_text="Writes summaries of the oldest trimmed messages of long conversations; empty: the probe model.",
+    )
+    # Issue 26 (H3): voice messages are transcribed by this model (an OpenAI-compatible audio transcription
+    # endpoint); empty: they stay the label `[audio: N s]`.
+    transcription_model = models.ForeignKey(
+        LLMModel,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        limit_choices_to={"provider__kind__in": ["openai_chat", "openai_responses"]},
+        help_text=_("Transcribes voice messages (an OpenAI-compatible provider's model); empty: they stay a label."),
     )
     # Debounce of discuss wakes (P10); null = the hub's defaults.
     probe_debounce_initial_ms = models.PositiveIntegerField(null=True, blank=True)

@@ -346,6 +346,10 @@ FEISHU_STREAM_CARD_SECONDS = 9 * 60
 # attachment budget (FEISHU_ATTACHMENT_TEXT_MAX_CHARS).
 FEISHU_DOC_LINKS_MAX_PER_TURN = env.int("FEISHU_DOC_LINKS_MAX_PER_TURN", default=3)
 FEISHU_DOC_LINK_MAX_CHARS = env.int("FEISHU_DOC_LINK_MAX_CHARS", default=20000)
+# H3: a voice message to a bot with a transcription model is downloaded (at most FEISHU_VOICE_MAX_BYTES; OpenAI's
+# transcription endpoint takes 25 MB) and transcribed when it is at most FEISHU_VOICE_MAX_SECONDS long.
+FEISHU_VOICE_MAX_BYTES = env.int("FEISHU_VOICE_MAX_BYTES", default=10 * 1024 * 1024)
+FEISHU_VOICE_MAX_SECONDS = env.int("FEISHU_VOICE_MAX_SECONDS", default=600)
 FEISHU_ATTACHMENT_IMAGE_MAX_BYTES = env.int("FEISHU_ATTACHMENT_IMAGE_MAX_BYTES", default=5 * 1024 * 1024)
 FEISHU_ATTACHMENT_IMAGE_TYPES = env.list(
     "FEISHU_ATTACHMENT_IMAGE_TYPES", default=["image/png", "image/jpeg", "image/gif", "image/webp"]

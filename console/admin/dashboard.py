@@ -39,6 +39,7 @@ def bot_neighbours(bot: Bot) -> list[tuple[str, TranslatableText]]:
         (list_url("threadcontext.workspace", bot_profile=bot.slug), _("workspaces")),
         (list_url("threadcontext.threadcontextdecision", bot_profile=bot.slug), _("context decisions")),
         (list_url("agents.thread", bot__id__exact=bot.pk), _("threads")),
+        (list_url("agents.voicetranscription", bot__id__exact=bot.pk), _("voice transcriptions")),
     ]
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Q, Sum
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
-from agents.models import Bot, Turn
+from agents.models import Bot, Turn, VoiceTranscription
+from console.dashboard.costs import WINDOWS
 from console.dashboard.selectors import BotRow, dashboard_rows
 from console.dashboard.setup import event_url
 from core.admin import list_url
@@ -39,6 +42,8 @@ class BotOverview:
     last_event: InboundEvent | None
     refusals: list[RefusalCount]  # refused webhook requests per reason (D3)
     connection_history: list[dict]  # the long connection's recent transitions and why, newest first (D1)
+    # H3: seconds of voice the bot's transcription model was sent, per cost window (24h, 7d, 30d).
+    voice_seconds: dict[str, int]
 
 
 def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
@@ -69,4 +74,12 @@ def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
         connection_history=connection_history(bot)
         if bot.feishu_event_mode == Bot.FeishuEventMode.LONG_CONNECTION
         else [],
+        voice_seconds=_voice_seconds(bot=bot),
     )
+
+
+def _voice_seconds(*, bot: Bot) -> dict[str, int]:
+    """One aggregate: the seconds of voice transcribed for the bot in each of the cost table's windows."""
+    now = timezone.now()
+    sums = {name: Coalesce(Sum("audio_seconds", filter=Q(created_at__gte=now - span)), 0) for name, span in WINDOWS}
+    return VoiceTranscription.objects.filter(bot=bot).aggregate(**sums)

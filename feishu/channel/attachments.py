@@ -13,7 +13,8 @@ and a reference to it; thread context and the probe judge only ever see that lab
   budget; any other file: a label with its name and size (the size from the download's Content-Length, the body
   never read);
 - a merge_forward: its messages read with im.v1.message.get and inlined as an untrusted block;
-- audio, video and stickers stay the parser's labels.
+- audio: its label with what came of the transcription (feishu.channel.voice, H3: the transcript itself is the
+  message's text); video and stickers stay the parser's labels.
 Anything too big, of a refused type or that fails to download becomes a note saying why, and the turn runs.
 
 lark_oapi.channel has a media download too (`safety.media_pipeline`, an SSRF guard for URLs the bot fetches);
@@ -33,7 +34,9 @@ from agents.models import Bot
 from agents.secrets import hub_secrets
 from agents.services.turns import TurnAttachments
 from feishu.channel.doclinks import doc_links_find, doc_links_read
+from feishu.channel.voice import voice_note
 from feishu.inbound.parsing import (
+    ATTACHMENT_AUDIO,
     ATTACHMENT_FILE,
     ATTACHMENT_FORWARD,
     ATTACHMENT_IMAGE,
@@ -160,6 +163,8 @@ def turn_attachments_fetch(
             _file(bot=bot, parsed=parsed, attachment=attachment, out=collected)
         elif attachment.kind == ATTACHMENT_FORWARD:
             _forward(bot=bot, parsed=parsed, out=collected)
+        elif attachment.kind == ATTACHMENT_AUDIO:
+            collected.notes.append(voice_note(bot=bot, parsed=parsed, attachment=attachment))
     doc_links_read(
         bot=bot,
         links=links,

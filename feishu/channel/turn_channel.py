@@ -4,7 +4,7 @@
 bot and source message (T2) and enqueues agents' `turn_run_task` after commit. The runner then calls this module's
 `FeishuChannel` (registered in the bridge's AppConfig.ready()):
 
-- prepare, once: the request (mentions normalised, secrets redacted), the quoted message read online (C7; a
+- prepare, once: the request (a voice message's transcript, H3: feishu.channel.voice) (mentions normalised, secrets redacted), the quoted message read online (C7; a
   transient read failure retries, a permanent one tells the user and submits nothing), the topic root when due
   (read online when not stored, C8), threadcontext's selection and decision; whether the root went in is noted
   (the reads of the source, the quote and the root: feishu.channel.sources);
@@ -59,6 +59,7 @@ from feishu.channel.handoff import UNSENT_REPLY_PREFIX, chat_handoff_targets, ha
 from feishu.channel.sending import bot_reply_format, delivery_finished, rows_send
 from feishu.channel.sessions import SessionRetired, session_binding_for_thread, session_thread_resolve
 from feishu.channel.sources import quoted_text_read, source_parsed, topic_root_fetch
+from feishu.channel.voice import voice_parsed
 from feishu.inbound.messages import (
     QUOTED_READ_FAILED_TEXT,
     RETIRED_SESSION_TEXT,
@@ -144,6 +145,7 @@ class FeishuChannel(TurnChannel):
         parsed = source_parsed(turn=turn)
         if parsed is None:
             return Skip(reason="The Feishu message of this turn is not stored.")
+        parsed = voice_parsed(bot=bot, parsed=parsed)  # H3: transcribed now (once) when the bot has a model
         message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
         # No secret reaches the prompt, the stored message or the decision, even when someone pastes one (C3).
         secrets = bot_secrets(bot)

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agents.models import Bot, Thread, Turn
 from feishu.channel.discuss_context import discuss_transcript_note
+from feishu.channel.voice import voice_wake_transcribe
 from feishu.discuss.arbitration import arbitration_applies, candidacies_settle, candidacy_enter, wake_turn_start
 from feishu.discuss.transcript import discuss_transcript_build
 from feishu.discuss.wake import MAX_ATTEMPTS, discuss_wake_end, discuss_wake_fire_enqueue, discuss_wakes_claimable
@@ -80,6 +81,8 @@ def discuss_wake_fire(*, wake_id: int, now: datetime | None = None) -> str:
             return FIRE_SUPERSEDED
     # The configuration is cached (0 queries): a gate that will not judge needs no transcript read.
     will_judge = not gate_config_get(bot=bot).cause
+    if will_judge:  # H3: the judge reads the wake's voice messages as their transcripts (once per bot, stored)
+        voice_wake_transcribe(bot=bot, message_ids=list(wake.message_ids or []))
     transcript = (
         discuss_transcript_build(bot=bot, chat_id=wake.chat_id, root_msg_id=wake.root_msg_id) if will_judge else []
     )

@@ -54,7 +54,7 @@ import pytest
 
 from tests.stubs.http_server import StubHTTPServer
 
-APIS = ("openai_chat", "openai_responses", "anthropic", "gemini")
+APIS = ("openai_chat", "openai_responses", "anthropic", "gemini", "openai_audio")
 
 
 @dataclass
@@ -93,6 +93,8 @@ Responder = Callable[[RecordedRequest], StubResponse]
 def api_for_path(path: str) -> str:
     """Which API a request path belongs to ("" when none)."""
     route = path.split("?", 1)[0].rstrip("/")
+    if route.endswith("/audio/transcriptions"):  # issue 26 H3 (multipart; tests.stubs.llm_audio reads it)
+        return "openai_audio"
     if route.endswith("/chat/completions"):
         return "openai_chat"
     if route.endswith("/responses"):
@@ -253,6 +255,7 @@ BODY_BUILDERS: dict[str, Callable[..., dict[str, Any]]] = {
     "openai_responses": openai_responses_body,
     "anthropic": anthropic_body,
     "gemini": gemini_body,
+    "openai_audio": lambda text: {"text": text},  # issue 26 H3: a transcription's JSON answer
 }
 
 

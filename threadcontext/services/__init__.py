@@ -47,6 +47,7 @@ from threadcontext.services.sessions import (
     session_binding_retire,
     session_scope_key,
 )
+from threadcontext.services.voice import VOICE_PREFIX, thread_context_voice_store, voice_text
 from threadcontext.services.workspaces import (
     workspace_chat_mode_is_due,
     workspace_chat_mode_store,
@@ -80,6 +81,9 @@ __all__ = [
     "PreparedPrompt",
     "PruneResult",
     "RecallResult",
+    "VOICE_PREFIX",
+    "thread_context_voice_store",
+    "voice_text",
     "RecordOutcome",
     "SessionBindingResult",
     "agent_output_truncate",
