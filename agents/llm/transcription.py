@@ -7,9 +7,6 @@ whose reason is a short sentence built from the status code or the failure's kin
 (a gateway may quote the key it refused).
 """
 
-import openai
-
-from agents.llm.openai_chat import openai_client
 from agents.llm.settings import ProviderSettings
 
 
@@ -21,6 +18,12 @@ class TranscriptionFailed(Exception):
 
 def audio_transcribe(*, settings: ProviderSettings, model: str, audio: bytes, filename: str) -> str:
     """The transcript of `audio` (stripped); raises TranscriptionFailed with a reason people can read."""
+    # Imported on first use, as agents.llm.registry does with the adapters: the openai SDK costs 1-3 s of CPU to
+    # import, and commands and web processes that never transcribe must not pay it (tests/test_startup.py).
+    import openai
+
+    from agents.llm.openai_chat import openai_client
+
     client = openai_client(settings)
     try:
         result = client.audio.transcriptions.create(model=model, file=(filename, audio), response_format="json")

@@ -26,8 +26,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.models import Bot
+
+# The module, not its name: it is lazy (lark-oapi), and the admin imports this module at startup.
+from feishu.inbound import webhook as feishu_webhook
 from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY
-from feishu.inbound.webhook import captured_event_store
 from feishu.models import InboundEvent
 from feishu.outbound import reads as feishu_reads
 from threadcontext.models import ThreadEvent
@@ -135,7 +137,9 @@ def catchup_run(*, bot: Bot) -> CatchupResult:
                     continue
                 missed = now_ms - int(item.create_time or now_ms) > window_ms
                 event = json.loads(json.dumps(listed_message_event(bot=bot, item=item, missed=missed)))
-                captured_event_store(bot=bot, event=event)  # a message stored already is found, not stored again
+                feishu_webhook.captured_event_store(
+                    bot=bot, event=event
+                )  # a message stored already is found, not stored again
             if not token:
                 break
     stored = InboundEvent.objects.filter(bot=bot).count() - before
