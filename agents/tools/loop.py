@@ -116,13 +116,16 @@ def replayed_messages(records: Sequence[ToolCallRecord]) -> list[ChatMessage]:
     return messages
 
 
-def final_request(*, request: CompletionRequest, records: Sequence[ToolCallRecord], reason: str) -> CompletionRequest:
+def final_request(
+    *, request: CompletionRequest, records: Sequence[ToolCallRecord], reason: str, steered: Sequence[ChatMessage] = ()
+) -> CompletionRequest:
     lines = [TOOL_RESULTS_HEADER]
     for record in records:
         arguments = record.arguments if isinstance(record.arguments, str) else json.dumps(record.arguments)
         lines.append(f"- {record.name}({arguments}) [{record.status}]: {record.result}")
     text = "\n".join(lines) + "\n\n" + FINAL_ANSWER_INSTRUCTION.format(reason=reason)
-    return replace(request, tools=(), forced_tool="", messages=request.messages + (ChatMessage("user", text),))
+    messages = (*request.messages, *steered, ChatMessage("user", text))
+    return replace(request, tools=(), forced_tool="", messages=messages)
 
 
 def steered_messages(steer: Callable[[], Sequence[str]] | None) -> list[ChatMessage]:
@@ -372,12 +375,9 @@ def tool_loop_run(
         )
     if clock() >= deadline:
         reason = f"the time budget of {limits.time_budget_seconds:g} s"
-    if step >= limits.max_steps:  # the loop ended after a step's results: one more boundary
-        steered += steered_messages(steer)
-    with_steered = replace(request, messages=request.messages + tuple(steered))
-    result = model_call(
-        client=client, request=final_request(request=with_steered, records=calls, reason=reason), on_text=on_text
-    )
+    steered += steered_messages(steer) if step >= limits.max_steps else []  # the last step's results are in
+    final = final_request(request=request, records=calls, reason=reason, steered=steered)
+    result = model_call(client=client, request=final, on_text=on_text)
     usage = added_usage(usage, result.usage)
     # No tools were offered: a tool call in this answer is a provider quirk and is dropped, the text stands.
     return replace(result, tool_calls=(), usage=usage), calls

@@ -23,7 +23,7 @@ is `skipped` with `channel_state.collected_into` naming the turn that answers it
 in `channel_state.collected`. `followup` runs them one by one. `steer` collects at start like `collect`, and while
 the turn runs its tool loop, the requests that queue meanwhile are taken into the running turn at each tool-call
 boundary (`turns_steer`: the same rules and the same conditional UPDATE as collect, so a request is answered once
-across processes); they are listed in `collected` and `steered` (docs/conversations.md).
+across processes); they are listed in `collected` and `steered` (docs/architecture.md, queue modes).
 """
 
 import logging
