@@ -13,6 +13,7 @@ from celery._state import _set_task_join_will_block
 
 from agents.mcp.client import mcp_connections_close_all
 from agents.models import Bot, Message, Turn
+from agents.services.turns.conversation import turns_steer
 from agents.tools.loop import STEERED_HEADER
 from tests.agents.factories import ThreadFactory
 from tests.agents.test_conversation_order import in_background, post, setup_bot
@@ -78,3 +79,35 @@ def test_steer_takes_a_message_sent_during_the_turn_into_it_at_the_tool_boundary
     assert Turn.objects.get(pk=first[0]).channel_state["steered"] == [second]
     replies = list(Message.objects.filter(thread=thread, kind="agent_reply").values_list("content", flat=True))
     assert replies == ["Both done."]
+
+
+def test_steer_takes_only_what_collect_would_and_only_into_a_turn_still_running(llm_stub):
+    # given: a running turn of a steering bot, and behind it: a request, a discuss wake, a request another run
+    # already claimed, and a request of another thread
+    bot = setup_bot(llm_stub, queue_mode=Bot.QueueMode.STEER)
+    thread, other_thread = ThreadFactory(bot=bot), ThreadFactory(bot=bot)
+
+    def turn(trigger=Turn.Trigger.REST, *, status=Turn.Status.QUEUED, attempts=0, on=thread) -> Turn:
+        source = f"m{Turn.objects.count()}"
+        return Turn.objects.create(
+            bot=bot, thread=on, trigger=trigger, status=status, attempts=attempts, source_message_id=source
+        )
+
+    running = turn(status=Turn.Status.RUNNING, attempts=1)
+    waiting = turn()
+    wake = turn(Turn.Trigger.DISCUSS)
+    claimed = turn(status=Turn.Status.RUNNING, attempts=1)
+    elsewhere = turn(on=other_thread)
+    # when / then: the request is taken, once; the others are left as they were
+    assert turns_steer(turn=running) == [waiting.pk]
+    assert turns_steer(turn=running) == []
+    running.refresh_from_db()
+    assert running.channel_state == {"collected": [waiting.pk], "steered": [waiting.pk]}
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.channel_state["collected_into"]) == ("skipped", running.pk)
+    assert [Turn.objects.get(pk=t.pk).status for t in (wake, claimed, elsewhere)] == ["queued", "running", "queued"]
+    # and a turn that is no longer running (its claim went to another run, or it finished) takes nothing
+    late = turn()
+    Turn.objects.filter(pk=running.pk).update(status=Turn.Status.REPLIED)
+    assert turns_steer(turn=running) == []
+    assert Turn.objects.get(pk=late.pk).status == "queued"
