@@ -67,7 +67,7 @@ MODEL_STRINGS = frozenset(
         gettext_noop("queue mode"),
         gettext_noop("Collect: the next turn answers everything that waited, in one reply"),
         gettext_noop("Follow-up: one turn per message, in order"),
-        gettext_noop("Steer: like collect (messages join the next turn)"),
+        gettext_noop("Steer: messages join the running turn at its next tool step, else like collect"),
         gettext_noop("Messages sent to the bot while it is still answering in the same conversation."),
         gettext_noop("receipt emoji"),
         gettext_noop("failure emoji"),

@@ -123,7 +123,7 @@ class Bot(models.Model):
         # ARCHITECTURE §11.1 O2; what a person sees per mode: docs/conversations.md.
         COLLECT = "collect", "Collect: the next turn answers everything that waited, in one reply"
         FOLLOWUP = "followup", "Follow-up: one turn per message, in order"
-        STEER = "steer", "Steer: like collect (messages join the next turn)"
+        STEER = "steer", "Steer: messages join the running turn at its next tool step, else like collect"
 
     class FeishuEventMode(models.TextChoices):
         WEBHOOK = "webhook", "Webhook (Feishu posts to a public URL)"

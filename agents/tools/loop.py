@@ -21,6 +21,9 @@ Invariants:
   `ApprovalPending` to pause the turn (H1): the loop stops there, the calls before it in the step recorded.
   `pending_step` (step, its calls as the model asked) resumes a paused step: the recorded calls of it are
   replayed, the others run (through the gate again), and the loop goes on from there.
+- `steer()` (queue mode steer, O2) is asked at every tool-call boundary: after a step's results (replayed ones
+  included) and before the next model call; each text it returns joins the conversation as a user message,
+  labelled as sent while the turn was working, and stays in it for the rest of the loop (the final answer too).
 - With `on_text`, every model call streams (`client.stream`) and feeds it each delta; `on_tool_step` gets one
   short label per call about to run (never its arguments). Without them the calls are `client.complete`.
 """
@@ -49,6 +52,7 @@ TOOL_RESULTS_HEADER = "[Tool results of this turn]"
 REFUSED_MESSAGE = "Tool {name!r} is not available to you: it is not in this bot's allowed tools."
 BAD_ARGUMENTS_MESSAGE = "Tool {name!r} was not run: its arguments must be a JSON object."
 ERROR_MESSAGE = "Tool {name!r} failed: {error}"
+STEERED_HEADER = "[Sent by the person while you were working on the request above]"
 
 
 class ApprovalPending(Exception):
@@ -112,13 +116,23 @@ def replayed_messages(records: Sequence[ToolCallRecord]) -> list[ChatMessage]:
     return messages
 
 
-def final_request(*, request: CompletionRequest, records: Sequence[ToolCallRecord], reason: str) -> CompletionRequest:
+def final_request(
+    *, request: CompletionRequest, records: Sequence[ToolCallRecord], reason: str, steered: Sequence[ChatMessage] = ()
+) -> CompletionRequest:
     lines = [TOOL_RESULTS_HEADER]
     for record in records:
         arguments = record.arguments if isinstance(record.arguments, str) else json.dumps(record.arguments)
         lines.append(f"- {record.name}({arguments}) [{record.status}]: {record.result}")
     text = "\n".join(lines) + "\n\n" + FINAL_ANSWER_INSTRUCTION.format(reason=reason)
-    return replace(request, tools=(), forced_tool="", messages=request.messages + (ChatMessage("user", text),))
+    messages = (*request.messages, *steered, ChatMessage("user", text))
+    return replace(request, tools=(), forced_tool="", messages=messages)
+
+
+def steered_messages(steer: Callable[[], Sequence[str]] | None) -> list[ChatMessage]:
+    """What arrived while the turn worked (queue mode steer), as user messages the model can tell apart."""
+    if steer is None:
+        return []
+    return [ChatMessage("user", f"{STEERED_HEADER}\n{text}") for text in steer() if text.strip()]
 
 
 def model_call(
@@ -301,6 +315,7 @@ def tool_loop_run(
     on_tool_step: Callable[[str], None] | None = None,
     gate: Gate | None = None,
     pending_step: tuple[int, Sequence[ToolCall]] | None = None,
+    steer: Callable[[], Sequence[str]] | None = None,
 ) -> tuple[CompletionResult, list[ToolCallRecord]]:
     """Run the loop; returns the final answer (usage summed over every model call) and every call in order.
     Raises ApprovalPending when the gate pauses it."""
@@ -323,7 +338,11 @@ def tool_loop_run(
         messages.append(ChatMessage(role="assistant", content="", tool_calls=tuple(step_calls)))
         messages.extend(ChatMessage(role="tool", content=r.result, tool_call_id=r.call_id) for r in recorded + done)
     reason = f"at most {limits.max_steps} tool steps"
+    steered: list[ChatMessage] = []
     while step < limits.max_steps:
+        if calls:  # a tool-call boundary: the results are in, the next model call has not started
+            steered += (more := steered_messages(steer))
+            messages += more
         if clock() >= deadline:
             reason = f"the time budget of {limits.time_budget_seconds:g} s"
             break
@@ -356,9 +375,9 @@ def tool_loop_run(
         )
     if clock() >= deadline:
         reason = f"the time budget of {limits.time_budget_seconds:g} s"
-    result = model_call(
-        client=client, request=final_request(request=request, records=calls, reason=reason), on_text=on_text
-    )
+    steered += steered_messages(steer) if step >= limits.max_steps else []  # the last step's results are in
+    final = final_request(request=request, records=calls, reason=reason, steered=steered)
+    result = model_call(client=client, request=final, on_text=on_text)
     usage = added_usage(usage, result.usage)
     # No tools were offered: a tool call in this answer is a provider quirk and is dropped, the text stands.
     return replace(result, tool_calls=(), usage=usage), calls

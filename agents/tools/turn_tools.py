@@ -195,6 +195,7 @@ def turn_tools_run(
     request: CompletionRequest,
     on_text: Callable[[str], None] | None = None,
     on_tool_step: Callable[[str], None] | None = None,
+    steer: Callable[[], Sequence[str]] | None = None,
 ) -> tuple[CompletionResult, list[ToolCallRecord]]:
     """The turn's answer through its bot's tools (streamed into `on_text` when given); see the module docstring."""
     entered = timezone.now()
@@ -260,6 +261,7 @@ def turn_tools_run(
             # H1: calls of tools that need approval pass the gate; a paused step is finished first.
             gate=approval_gate(turn=turn, servers={server.name: server for server in servers}),
             pending_step=approval_pending_step(turn=turn),
+            steer=steer,  # queue mode steer (O2): messages that arrive meanwhile, at each tool-call boundary
         )
     finally:
         turn_redactions_add(turn_id=turn.pk, count=tally.count)

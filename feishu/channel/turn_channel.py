@@ -53,6 +53,7 @@ from feishu.channel.collected import (
     collected_receipts_remove,
     reply_target,
     request_text_with_collected,
+    steered_texts,
 )
 from feishu.channel.discuss_context import discuss_prompt_with_transcript
 from feishu.channel.handoff import UNSENT_REPLY_PREFIX, chat_handoff_targets, handoff_text_render, handoffs_dispatch
@@ -239,6 +240,9 @@ class FeishuChannel(TurnChannel):
         if parsed is not None:
             receipt_add(turn=turn, parsed=parsed)
             collected_receipts_add(turn=turn)
+
+    def steered_texts(self, *, turn: Turn, steered: Sequence[Turn]) -> list[str]:
+        return steered_texts(turn=turn, steered=steered, secrets=bot_secrets(turn.bot))
 
     def stream_sink(self, *, turn: Turn) -> StreamSink | None:
         bot = turn.bot

@@ -22,6 +22,7 @@ Hooks, in the order the runner calls them:
 - `failed(turn, status)`: the turn ended failed or delivery_failed; tell the chat in one line when it can be reached.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agents.models import Message, Thread, Turn
@@ -123,6 +124,11 @@ class TurnChannel:
 
     def started(self, *, turn: Turn) -> None:
         return None
+
+    def steered_texts(self, *, turn: Turn, steered: Sequence[Turn]) -> list[str]:
+        """The requests of `steered` (taken into the running `turn`, queue mode steer) as the model reads them,
+        oldest first: their stored request messages."""
+        return [t.user_message.prompt or t.user_message.content for t in steered if t.user_message is not None]
 
     def stream_sink(self, *, turn: Turn) -> StreamSink | None:
         return None

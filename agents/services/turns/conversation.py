@@ -20,11 +20,14 @@ so it holds across worker processes and hosts:
 Collect (O2, the bot's `queue_mode`): a turn starting its first run takes along the requests that queued behind it
 meanwhile (not started, same conversation, an addressed request: not a discuss or automation turn); each of those
 is `skipped` with `channel_state.collected_into` naming the turn that answers it, and the answering turn lists them
-in `channel_state.collected`. `followup` runs them one by one; `steer` collects at start like `collect` (the tool
-loop takes no input mid-run yet: docs/conversations.md).
+in `channel_state.collected`. `followup` runs them one by one. `steer` collects at start like `collect`, and while
+the turn runs its tool loop, the requests that queue meanwhile are taken into the running turn at each tool-call
+boundary (`turns_steer`: the same rules and the same conditional UPDATE as collect, so a request is answered once
+across processes); they are listed in `collected` and `steered` (docs/architecture.md, queue modes).
 """
 
 import logging
+from collections.abc import Callable
 
 from django.db import transaction
 from django.db.models import Exists, Q, QuerySet
@@ -47,6 +50,7 @@ ACTIVE_STATUSES = (Turn.Status.RUNNING, Turn.Status.REPLIED)
 # for its answer (O4), at most its server's approval timeout, after which the sweeper denies the call and it ends.
 HOLDING_STATUSES = OPEN_STATUSES | {Turn.Status.AWAITING_APPROVAL}
 COLLECTED_REASON = "Answered together with the other messages of turn {turn_id} (queue mode collect)."
+STEERED_REASON = "Taken into the running turn {turn_id} at a tool-call boundary (queue mode steer)."
 
 
 # What turn_claim_in_order returns when the conversation is busy (the turn was deferred).
@@ -119,13 +123,15 @@ def conversation_next_start(*, thread_id: int) -> int | None:
     return head_id
 
 
-def turns_collect(*, turn: Turn) -> list[int]:
-    """Inside the first claim's transaction (conversation locked): the turns this one answers along with its own
-    request (queue mode collect or steer), oldest first, each marked skipped and linked to it."""
+def _collectable(*, turn: Turn) -> bool:
     if turn.trigger not in COLLECTABLE_TRIGGERS or turn.bot.queue_mode == Bot.QueueMode.FOLLOWUP:
-        return []
-    if turn.thread.channel not in COLLECTING_CHANNELS:
-        return []
+        return False
+    return turn.thread.channel in COLLECTING_CHANNELS
+
+
+def _waiting_claim(*, turn: Turn, reason: str) -> list[int]:
+    """Inside a transaction holding the conversation: the requests queued behind `turn` (never run, addressed),
+    oldest first, each claimed for it with a conditional UPDATE (skipped, linked): the ids it won."""
     waiting = list(
         Turn.objects.filter(
             thread_id=turn.thread_id,
@@ -137,20 +143,82 @@ def turns_collect(*, turn: Turn) -> list[int]:
         .order_by("pk")
         .values_list("pk", flat=True)
     )
-    if not waiting:
-        return []
     now = timezone.now()
-    for waiting_id in waiting:
-        Turn.objects.filter(pk=waiting_id, status=Turn.Status.QUEUED).update(
+    return [
+        waiting_id
+        for waiting_id in waiting
+        if Turn.objects.filter(pk=waiting_id, status=Turn.Status.QUEUED, attempts=0).update(
             status=Turn.Status.SKIPPED,
             finished_at=now,
-            error=COLLECTED_REASON.format(turn_id=turn.pk),
+            error=reason.format(turn_id=turn.pk),
             channel_state=JSONKeysReplaced("channel_state", {"collected_into": turn.pk}),
         )
+    ]
+
+
+def turns_collect(*, turn: Turn) -> list[int]:
+    """Inside the first claim's transaction (conversation locked): the turns this one answers along with its own
+    request (queue mode collect or steer), oldest first, each marked skipped and linked to it."""
+    if not _collectable(turn=turn):
+        return []
+    waiting = _waiting_claim(turn=turn, reason=COLLECTED_REASON)
+    if not waiting:
+        return []
     Turn.objects.filter(pk=turn.pk).update(channel_state=JSONKeysReplaced("channel_state", {"collected": waiting}))
     turn.channel_state = {**(turn.channel_state or {}), "collected": waiting}
     logger.info("turn collects waiting messages", extra={"turn_id": turn.pk, "collected": waiting})
     return waiting
+
+
+def turns_steer(*, turn: Turn) -> list[int]:
+    """Queue mode steer, at a tool-call boundary of the running `turn`: the requests that queued behind it since
+    it started, claimed into it (skipped, linked; the claim is the conditional UPDATE, so across processes each
+    is answered once) and added to its `collected` and `steered` lists. The ids taken, oldest first."""
+    if turn.bot.queue_mode != Bot.QueueMode.STEER or not _collectable(turn=turn):
+        return []
+    with transaction.atomic():
+        conversation_lock(thread_id=turn.thread_id)
+        # Only a turn still running takes messages in (a run that lost its claim to another must not).
+        state = Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING).values_list("channel_state", flat=True)
+        current = next(iter(state), None)
+        if current is None:
+            return []
+        taken = _waiting_claim(turn=turn, reason=STEERED_REASON)
+        if not taken:
+            return []
+        keys = {
+            "collected": [*(current or {}).get("collected", []), *taken],
+            "steered": [*(current or {}).get("steered", []), *taken],
+        }
+        Turn.objects.filter(pk=turn.pk).update(channel_state=JSONKeysReplaced("channel_state", keys))
+    turn.channel_state = {**(turn.channel_state or {}), **keys}
+    logger.info("turn steered by waiting messages", extra={"turn_id": turn.pk, "steered": taken})
+    return taken
+
+
+def steer_hook(*, turn: Turn, texts: Callable[[list[Turn]], list[str]]) -> Callable[[], list[str]] | None:
+    """For the tool loop (queue mode steer): at each tool-call boundary, take the waiting requests into the
+    running turn and return their texts (`texts`, the channel's). A re-run of the turn (its previous run died
+    after steering) gets the requests steered before at its first boundary, after the replayed calls, since its
+    recorded prompt does not hold them. None when the turn does not steer."""
+    if turn.bot.queue_mode != Bot.QueueMode.STEER or not _collectable(turn=turn):
+        return None
+    given: set[int] = set()
+
+    def steer() -> list[str]:
+        turns_steer(turn=turn)
+        new = [turn_id for turn_id in steered_turn_ids(turn=turn) if turn_id not in given]
+        if not new:
+            return []
+        given.update(new)
+        return texts(list(Turn.objects.filter(pk__in=new).select_related("user_message", "bot").order_by("pk")))
+
+    return steer
+
+
+def steered_turn_ids(*, turn: Turn) -> list[int]:
+    """The requests taken into the turn while it ran (steer), oldest first; a subset of `collected`."""
+    return [int(turn_id) for turn_id in (turn.channel_state or {}).get("steered", [])]
 
 
 def collected_turn_ids(*, turn: Turn) -> list[int]:

@@ -10,7 +10,7 @@ from agents import selectors
 from agents.models import LLMModel, Message, Thread, Turn
 from agents.services.turns.assembly import PrimaryInput, context_messages_upper_bound, primary_input_build
 from agents.services.turns.channels import TurnChannel
-from agents.services.turns.conversation import collected_turn_ids
+from agents.services.turns.conversation import collected_turn_ids, steered_turn_ids
 from agents.visibility import CONTEXT_ASSEMBLY
 
 COLLECTED_SEPARATOR = "\n\n"
@@ -39,9 +39,11 @@ def context_in_conversation_order(*, turn: Turn, before_id: int, limit: int) -> 
 
 
 def turn_user_prompt(*, turn: Turn, user_message: Message) -> str:
-    """The turn's request, with the requests it collected after it (oldest first)."""
+    """The turn's request, with the requests it collected after it (oldest first); the ones steered into it
+    while it ran reach the model at a tool-call boundary instead (conversation.steer_hook)."""
     own = user_message.prompt or user_message.content
-    collected = collected_turn_ids(turn=turn)
+    steered = set(steered_turn_ids(turn=turn))
+    collected = [turn_id for turn_id in collected_turn_ids(turn=turn) if turn_id not in steered]
     if not collected:
         return own
     others = Message.objects.filter(pk__in=Turn.objects.filter(pk__in=collected).values("user_message_id")).order_by(

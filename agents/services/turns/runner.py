@@ -166,7 +166,13 @@ def _prepare(*, turn: Turn, channel: TurnChannel, started: float) -> Turn | None
 
 
 def _complete(
-    *, turn: Turn, client, request: CompletionRequest, activation_contract: str, sink: StreamSink | None
+    *,
+    turn: Turn,
+    channel: TurnChannel,
+    client,
+    request: CompletionRequest,
+    activation_contract: str,
+    sink: StreamSink | None,
 ) -> CompletionResult:
     """The answer through the bot's tools (agents.tools), streamed into the channel's sink when it has one; when
     the contract demands a message and the answer is empty, exactly one more call, without tools (P9)."""
@@ -178,6 +184,9 @@ def _complete(
             request=request,
             on_text=on_text,
             on_tool_step=sink.tool_step if sink is not None else None,
+            steer=conversation.steer_hook(
+                turn=turn, texts=lambda steered: channel.steered_texts(turn=turn, steered=steered)
+            ),
         )
     except ToolServerUnavailableError as exc:
         raise PermanentError(exc.message) from exc
@@ -266,6 +275,7 @@ def _answer(
     try:
         result = _complete(
             turn=turn,
+            channel=channel,
             client=client,
             request=primary.request,
             activation_contract=activation_contract,
