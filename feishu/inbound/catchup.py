@@ -47,12 +47,24 @@ class CatchupResult:
     seconds: float
 
 
-def _active_chats(*, bot: Bot, since) -> list[str]:
-    rows = ThreadEvent.objects.filter(bridge_id=bot.bridge_id, created_at__gte=since).values_list("chat_id", flat=True)
-    return sorted(set(rows))
+def _active_chats(*, bot: Bot, since) -> dict[str, str]:
+    """Each chat the bot heard from since `since`, with its chat type: groups and DMs ("p2p", whose chat_id is
+    the DM's container like a group's). The type comes from the stored receive events; a chat known only from
+    thread context (the bot's own output) is a group."""
+    received = (
+        InboundEvent.objects.filter(bot=bot, event_type="im.message.receive_v1", received_at__gte=since)
+        .values_list("payload__event__message__chat_id", "payload__event__message__chat_type")
+        .order_by()  # no default ordering column in the SELECT DISTINCT
+        .distinct()
+    )
+    chats = {str(chat_id): str(chat_type or "group") for chat_id, chat_type in received if chat_id}
+    heard = ThreadEvent.objects.filter(bridge_id=bot.bridge_id, created_at__gte=since).values_list("chat_id", flat=True)
+    for chat_id in set(heard):
+        chats.setdefault(chat_id, "group")
+    return dict(sorted(chats.items()))
 
 
-def listed_message_event(*, bot: Bot, item: Any, missed: bool) -> dict[str, Any]:
+def listed_message_event(*, bot: Bot, item: Any, missed: bool, chat_type: str = "group") -> dict[str, Any]:
     """A listed message as the receive event Feishu would have pushed (pure): the list's mention ids are
     strings, the event's are objects; the sender's id is an open_id for people."""
     sender = item.sender
@@ -63,7 +75,7 @@ def listed_message_event(*, bot: Bot, item: Any, missed: bool) -> dict[str, Any]
         "message_id": item.message_id,
         "create_time": item.create_time or "",
         "chat_id": item.chat_id,
-        "chat_type": "group",
+        "chat_type": chat_type,
         "message_type": item.msg_type or "text",
         "content": (item.body.content if item.body else "") or "",
         "root_id": item.root_id or "",
@@ -119,7 +131,7 @@ def catchup_run(*, bot: Bot) -> CatchupResult:
     chats = _active_chats(bot=bot, since=now - CATCHUP_LOOKBACK)
     read = 0
     before = InboundEvent.objects.filter(bot=bot).count()
-    for chat_id in chats:
+    for chat_id, chat_type in chats.items():
         token = ""
         while True:
             items, token = feishu_reads.messages_list_page(
@@ -134,7 +146,9 @@ def catchup_run(*, bot: Bot) -> CatchupResult:
                 if getattr(item, "deleted", False):
                     continue
                 missed = now_ms - int(item.create_time or now_ms) > window_ms
-                event = json.loads(json.dumps(listed_message_event(bot=bot, item=item, missed=missed)))
+                event = json.loads(
+                    json.dumps(listed_message_event(bot=bot, item=item, missed=missed, chat_type=chat_type))
+                )
                 captured_event_store(bot=bot, event=event)  # a message stored already is found, not stored again
             if not token:
                 break
