@@ -1,16 +1,17 @@
-"""D2 (partial, issue 23): catch up with what the hub missed, read with `im.v1.message.list`.
+"""D2 (issue 23): catch up with what the hub missed, read with `im.v1.message.list`.
 
-For each group the bot heard from in the last CATCHUP_LOOKBACK, the chat's messages from the newest event the
-bot stored (at most the lookback back) to now are read page by page and stored through the same intake as a
-pushed event (`captured_event_store`: the dedupe on message_id makes a message both listed and redelivered by
-Feishu one row, whichever comes first). A listed message carries the hub annotation `backfilled`; an addressed
-one older than AMUX_BACKFILL_ANSWER_WINDOW_SECONDS also `missed`, and routing records it without answering
-(the inbound event says "this request arrived while the hub was down and was not answered").
+For each chat the bot heard from in the last CATCHUP_LOOKBACK (groups and DMs: a DM's chat_id is its container
+too), the chat's messages from the newest event the bot stored (at most the lookback back) to now are read page by
+page and stored through the same intake as a pushed event (`captured_event_store`: the dedupe on message_id makes
+a message both listed and redelivered by Feishu one row, whichever comes first). A listed message carries the hub
+annotation `backfilled`; an addressed one older than AMUX_BACKFILL_ANSWER_WINDOW_SECONDS also `missed`, and
+routing records it without answering (the inbound event and its explain say "this request arrived while the hub
+was down and was not answered"). Each page read takes a token of the app's send budget (feishu.outbound.reads).
 
-Triggers: the bot page's "catch up" action, and a long connection back after a gap (its child enqueues
-feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects). Not built: the trigger at a
-hub start after an outage (AMUX_BACKFILL_AFTER_SECONDS), topic threads as containers, DMs, and pacing within the
-send budget's app share (the reads go through feishu_call's rate-limit handling only).
+Triggers: the bot page's "catch up" action; a long connection back after a gap (its child enqueues
+feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects); a worker starting after the hub
+was down longer than AMUX_BACKFILL_AFTER_SECONDS (feishu.inbound.hub_start). Topic replies are read with their
+group's chat container; topics are not read as containers of their own.
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ from django.utils import timezone
 
 from agents.models import Turn
 from feishu.inbound.catchup import MISSED_TEXT, catchup_run
-from feishu.inbound.hub_start import HEARTBEAT_PK, hub_heartbeat_stamp, hub_start_catchup
+from feishu.inbound.hub_start import HEARTBEAT_PK, hub_start_catchup
 from feishu.models import HubHeartbeat, InboundEvent
 from feishu.outbound import budget as send_budget
+from feishu.tasks import inbound_events_sweep
 from tests.feishu.conftest import bot_open_id
 
 GROUP = "oc_start_group"
@@ -81,8 +82,10 @@ def test_d2_the_claim_is_one_conditional_update_a_fresh_heartbeat_or_a_first_sta
     # a first start ever: no heartbeat row yet, nothing to catch up with; the row is written
     assert hub_start_catchup() == 0
     assert HubHeartbeat.objects.count() == 1
-    # the sweeper keeps it fresh: a worker restarting meanwhile finds no gap
-    hub_heartbeat_stamp()
+    # beat's inbound sweeper keeps it fresh: a worker restarting meanwhile finds no gap
+    _hub_down_since(300)
+    inbound_events_sweep.delay().get(timeout=10)
+    assert (timezone.now() - HubHeartbeat.objects.get().alive_at).total_seconds() < 5
     assert hub_start_catchup() == 0
     # two workers that both read the same stale stamp: the one whose UPDATE still matches claims, the other not
     settings.AMUX_BACKFILL_AFTER_SECONDS = 60
