@@ -73,6 +73,7 @@ class InboundEventAdmin(AuditAdmin):
                 (list_url("agents.turn", source_message_id=obj.message_id), _("turns of this message")),
                 (list_url("agents.message", external_message_id=obj.message_id), _("messages")),
                 (list_url("threadcontext.threadcontextdecision", message_id=obj.message_id), _("context decisions")),
+                (reverse("admin:feishu_inboundevent_explain", args=[obj.pk]), _("explain")),
             ]
         return related_links(links)
 
@@ -176,9 +177,12 @@ class DiscussWakeExplainAdmin(DiscussWakeAdmin):
         return [
             path("<int:wake_id>/explain/", view(self.explain_view), name="feishu_discusswake_explain"),
             path("turn/<int:turn_id>/explain/", view(self.explain_view), name="feishu_turn_explain"),
+            path("event/<int:event_id>/explain/", view(self.explain_view), name="feishu_inboundevent_explain"),
         ] + super().get_urls()
 
-    def explain_view(self, request: HttpRequest, wake_id: int | None = None, turn_id: int | None = None):
+    def explain_view(
+        self, request: HttpRequest, wake_id: int | None = None, turn_id: int | None = None, event_id: int | None = None
+    ):
         # admin_view only checks is_staff: the page shows context the operator may not be allowed to read.
         if not self.has_view_permission(request):
             raise PermissionDenied
@@ -187,12 +191,17 @@ class DiscussWakeExplainAdmin(DiscussWakeAdmin):
         if turn_id is not None and not request.user.has_perm("agents.view_turn"):
             raise PermissionDenied
         try:
-            explain = wake_explain_data(wake_id=wake_id, turn_id=turn_id)
+            explain = wake_explain_data(wake_id=wake_id, turn_id=turn_id, event_id=event_id)
         except ExplainNotFound as error:
             raise Http404(str(error)) from error
         if explain["turn"] is not None and not request.user.has_perm("agents.view_turn"):
             raise PermissionDenied
-        title = _("Wake %(id)s") % {"id": wake_id} if wake_id is not None else _("Turn %(id)s") % {"id": turn_id}
+        if wake_id is not None:
+            title = _("Wake %(id)s") % {"id": wake_id}
+        elif turn_id is not None:
+            title = _("Turn %(id)s") % {"id": turn_id}
+        else:
+            title = _("Inbound event %(id)s") % {"id": event_id}
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,

@@ -1,4 +1,6 @@
-from celery.signals import worker_init
+import logging
+
+from celery.signals import worker_init, worker_ready
 from django.apps import AppConfig
 from django.db.models.signals import post_delete, post_save, pre_save
 from django.utils.translation import gettext_lazy as _
@@ -32,6 +34,8 @@ class FeishuConfig(AppConfig):
         # A Celery worker calls Feishu: lark-oapi is loaded as it starts, in the parent before the pool forks,
         # never inside a task (the WSGI app does the same in amuxweb/wsgi.py).
         worker_init.connect(_lark_modules_load, weak=False, dispatch_uid="feishu_lark_modules_load")
+        # D2: a worker that starts after the hub was down catches up (once per hub start: feishu.inbound.hub_start).
+        worker_ready.connect(_hub_start_catchup, weak=False, dispatch_uid="feishu_hub_start_catchup")
 
         # The webhook's and the intake worker's per-process bot caches: a save or delete here takes effect at once.
         post_save.connect(forget, sender=Bot, weak=False, dispatch_uid="feishu_webhook_bot_cache_save")
@@ -55,3 +59,13 @@ class FeishuConfig(AppConfig):
 
 def _lark_modules_load(**kwargs) -> None:
     lark_modules_load()
+
+
+def _hub_start_catchup(**kwargs) -> None:
+    # Imported here: the signal handler runs after the app registry is ready; the module loads models.
+    from feishu.inbound.hub_start import hub_start_catchup
+
+    try:
+        hub_start_catchup()
+    except Exception:  # a database away at start must not stop the worker; the next start or the admin catches up
+        logging.getLogger(__name__).exception("hub start catch-up failed")

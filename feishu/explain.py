@@ -7,9 +7,10 @@ bridge because it needs every app; probe and threadcontext stay ignorant of each
 
 from typing import Any
 
-from agents.models import Turn, VoiceTranscription
+from agents.models import Bot, Turn, VoiceTranscription
 from feishu.channel.brake import turn_chain
-from feishu.models import AnswerCandidate, Arbitration, DiscussWake, OutboundDelivery
+from feishu.inbound.catchup import MISSED_TEXT
+from feishu.models import AnswerCandidate, Arbitration, DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from threadcontext.explain import decision_explain_data
 from threadcontext.models import ThreadContextDecision
@@ -113,30 +114,65 @@ def _voice(*, bot, message_ids: list[str]) -> list[dict[str, Any]]:
     ]
 
 
-def wake_explain_data(*, wake_id: int | None = None, turn_id: int | None = None) -> dict[str, Any]:
-    """Everything about one wake (and the turn it started), or about one turn (and the wake behind it, if any)."""
+def _records(
+    *, wake_id: int | None, turn_id: int | None, event_id: int | None
+) -> tuple[DiscussWake | None, Turn | None, Bot, InboundEvent | None]:
+    """The wake, turn, bot and inbound event the page is about, from whichever id was given."""
     wake = None
     turn = None
+    event = None
     if wake_id is not None:
         wake = DiscussWake.objects.select_related("bot", "turn").filter(pk=wake_id).first()
         if wake is None:
             raise ExplainNotFound(f"No discuss wake {wake_id}.")
-        turn = wake.turn
-        bot = wake.bot
-    elif turn_id is not None:
+        return wake, wake.turn, wake.bot, None
+    if turn_id is not None:
         turn = Turn.objects.select_related("bot").filter(pk=turn_id).first()
         if turn is None:
             raise ExplainNotFound(f"No turn {turn_id}.")
-        wake = DiscussWake.objects.filter(turn=turn).first()
-        bot = wake.bot if wake is not None else turn.bot
+    elif event_id is not None:
+        # D2: one received message, e.g. a request the catch-up read too late to answer (no wake, no turn).
+        event = InboundEvent.objects.select_related("bot").filter(pk=event_id).first()
+        if event is None:
+            raise ExplainNotFound(f"No inbound event {event_id}.")
+        turn = Turn.objects.select_related("bot").filter(bot=event.bot, source_message_id=event.message_id).first()
+        if turn is None:
+            return None, None, event.bot, event
     else:
-        raise ExplainNotFound("Give a wake id or a turn id.")
+        raise ExplainNotFound("Give a wake id, a turn id or an inbound event id.")
+    wake = DiscussWake.objects.filter(turn=turn).first()
+    return wake, turn, (wake.bot if wake is not None else turn.bot), event
+
+
+def _missed(*, bot: Bot, event: InboundEvent | None, turn: Turn | None) -> str:
+    """D2: the sentence for a request recorded as missed (read by the catch-up past the answer window), or ""."""
+    rows = InboundEvent.objects.filter(bot=bot, status=InboundEvent.Status.IGNORED, error=MISSED_TEXT)
+    if event is not None:
+        rows = rows.filter(pk=event.pk)
+    elif turn is not None and turn.source_message_id:
+        rows = rows.filter(message_id=turn.source_message_id)
+    else:
+        return ""
+    return MISSED_TEXT if rows.exists() else ""
+
+
+def wake_explain_data(
+    *, wake_id: int | None = None, turn_id: int | None = None, event_id: int | None = None
+) -> dict[str, Any]:
+    """Everything about one wake (and the turn it started), about one turn (and the wake behind it, if any), or
+    about one inbound event (and the turn it started, if any)."""
+    wake, turn, bot, event = _records(wake_id=wake_id, turn_id=turn_id, event_id=event_id)
     judgements = ProbeJudgement.objects.select_related("model")
     if wake is not None:
         judgements = judgements.filter(wake_id=wake.pk)
-    else:
+    elif turn is not None:
         judgements = judgements.filter(turn=turn)
+    else:
+        judgements = judgements.none()  # a message that started nothing was judged by nothing
     return {
+        # D2: "this request arrived while the hub was down and was not answered", for a request recorded as missed.
+        "missed": _missed(bot=bot, event=event, turn=turn),
+        "event": None if event is None else {"id": event.pk, "message_id": event.message_id, "status": event.status},
         "bot": {"id": bot.pk, "name": bot.name, "slug": bot.slug, "probe_mode": bot.discuss_probe_mode},
         "wake": None
         if wake is None

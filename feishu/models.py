@@ -173,6 +173,18 @@ class SendBudgetBucket(models.Model):
         return self.key
 
 
+class HubHeartbeat(models.Model):
+    """One row: when a worker of the hub last ran (D2, issue 23). The inbound sweeper stamps it every run; a
+    worker that starts and finds it older than AMUX_BACKFILL_AFTER_SECONDS claims the catch-up by moving the
+    stamp with a conditional UPDATE (feishu.inbound.hub_start), so one start of several workers catches up once.
+    """
+
+    alive_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"alive at {self.alive_at:%Y-%m-%d %H:%M:%S}"
+
+
 class SandboxCall(models.Model):
     """One Feishu call of a sandbox bot, answered and recorded on this machine (feishu/outbound/sandbox.py)."""
 

@@ -23,8 +23,11 @@ def inbound_event_process(event_pk: int) -> str:
 @shared_task(name="amuxweb.feishu.tasks.inbound_events_sweep")
 def inbound_events_sweep() -> int:
     # Inside the task: this module stays a leaf (intake imports it to enqueue inbound_event_process).
+    from feishu.inbound.hub_start import hub_heartbeat_stamp
     from feishu.inbound.intake import inbound_events_sweep as sweep
     from feishu.outbound.delivery import notices_sweep
+
+    hub_heartbeat_stamp()  # D2: the hub is alive (a start after a longer gap catches up, feishu.inbound.hub_start)
 
     # Turns of every channel, Feishu's included, are swept by agents' one turn sweeper (turns_sweep_task).
     return len(sweep()) + len(notices_sweep())

@@ -322,6 +322,9 @@ AMUX_LONGCONN_SILENCE_SECONDS = env.float("AMUX_LONGCONN_SILENCE_SECONDS", defau
 # D2 (issue 23): the admin's "catch up" answers a missed addressed message at most this old; older ones are
 # recorded as missed ("this request arrived while the hub was down and was not answered").
 AMUX_BACKFILL_ANSWER_WINDOW_SECONDS = env.int("AMUX_BACKFILL_ANSWER_WINDOW_SECONDS", default=600)
+# D2: a worker that starts when the hub's heartbeat (stamped by the inbound sweeper) is older than this catches up
+# with what every Feishu bot missed (feishu.inbound.hub_start).
+AMUX_BACKFILL_AFTER_SECONDS = env.int("AMUX_BACKFILL_AFTER_SECONDS", default=60)
 # The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
 # Outbound (R2-R4). Feishu's limits: 5 messages/s per chat (shared by every bot in it), 50/s per app; the send

@@ -1,16 +1,17 @@
-"""D2 (partial, issue 23): catch up with what the hub missed, read with `im.v1.message.list`.
+"""D2 (issue 23): catch up with what the hub missed, read with `im.v1.message.list`.
 
-For each group the bot heard from in the last CATCHUP_LOOKBACK, the chat's messages from the newest event the
-bot stored (at most the lookback back) to now are read page by page and stored through the same intake as a
-pushed event (`captured_event_store`: the dedupe on message_id makes a message both listed and redelivered by
-Feishu one row, whichever comes first). A listed message carries the hub annotation `backfilled`; an addressed
-one older than AMUX_BACKFILL_ANSWER_WINDOW_SECONDS also `missed`, and routing records it without answering
-(the inbound event says "this request arrived while the hub was down and was not answered").
+For each chat the bot heard from in the last CATCHUP_LOOKBACK (groups and DMs: a DM's chat_id is its container
+too), the chat's messages from the newest event the bot stored (at most the lookback back) to now are read page by
+page and stored through the same intake as a pushed event (`captured_event_store`: the dedupe on message_id makes
+a message both listed and redelivered by Feishu one row, whichever comes first). A listed message carries the hub
+annotation `backfilled`; an addressed one older than AMUX_BACKFILL_ANSWER_WINDOW_SECONDS also `missed`, and
+routing records it without answering (the inbound event and its explain say "this request arrived while the hub
+was down and was not answered"). Each page read takes a token of the app's send budget (feishu.outbound.reads).
 
-Triggers: the bot page's "catch up" action, and a long connection back after a gap (its child enqueues
-feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects). Not built: the trigger at a
-hub start after an outage (AMUX_BACKFILL_AFTER_SECONDS), topic threads as containers, DMs, and pacing within the
-send budget's app share (the reads go through feishu_call's rate-limit handling only).
+Triggers: the bot page's "catch up" action; a long connection back after a gap (its child enqueues
+feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects); a worker starting after the hub
+was down longer than AMUX_BACKFILL_AFTER_SECONDS (feishu.inbound.hub_start). Topic replies are read with their
+group's chat container; topics are not read as containers of their own.
 """
 
 from __future__ import annotations
@@ -49,12 +50,24 @@ class CatchupResult:
     seconds: float
 
 
-def _active_chats(*, bot: Bot, since) -> list[str]:
-    rows = ThreadEvent.objects.filter(bridge_id=bot.bridge_id, created_at__gte=since).values_list("chat_id", flat=True)
-    return sorted(set(rows))
+def _active_chats(*, bot: Bot, since) -> dict[str, str]:
+    """Each chat the bot heard from since `since`, with its chat type: groups and DMs ("p2p", whose chat_id is
+    the DM's container like a group's). The type comes from the stored receive events; a chat known only from
+    thread context (the bot's own output) is a group."""
+    received = (
+        InboundEvent.objects.filter(bot=bot, event_type="im.message.receive_v1", received_at__gte=since)
+        .values_list("payload__event__message__chat_id", "payload__event__message__chat_type")
+        .order_by()  # no default ordering column in the SELECT DISTINCT
+        .distinct()
+    )
+    chats = {str(chat_id): str(chat_type or "group") for chat_id, chat_type in received if chat_id}
+    heard = ThreadEvent.objects.filter(bridge_id=bot.bridge_id, created_at__gte=since).values_list("chat_id", flat=True)
+    for chat_id in set(heard):
+        chats.setdefault(chat_id, "group")
+    return dict(sorted(chats.items()))
 
 
-def listed_message_event(*, bot: Bot, item: Any, missed: bool) -> dict[str, Any]:
+def listed_message_event(*, bot: Bot, item: Any, missed: bool, chat_type: str = "group") -> dict[str, Any]:
     """A listed message as the receive event Feishu would have pushed (pure): the list's mention ids are
     strings, the event's are objects; the sender's id is an open_id for people."""
     sender = item.sender
@@ -65,7 +78,7 @@ def listed_message_event(*, bot: Bot, item: Any, missed: bool) -> dict[str, Any]
         "message_id": item.message_id,
         "create_time": item.create_time or "",
         "chat_id": item.chat_id,
-        "chat_type": "group",
+        "chat_type": chat_type,
         "message_type": item.msg_type or "text",
         "content": (item.body.content if item.body else "") or "",
         "root_id": item.root_id or "",
@@ -121,7 +134,7 @@ def catchup_run(*, bot: Bot) -> CatchupResult:
     chats = _active_chats(bot=bot, since=now - CATCHUP_LOOKBACK)
     read = 0
     before = InboundEvent.objects.filter(bot=bot).count()
-    for chat_id in chats:
+    for chat_id, chat_type in chats.items():
         token = ""
         while True:
             items, token = feishu_reads.messages_list_page(
@@ -136,10 +149,11 @@ def catchup_run(*, bot: Bot) -> CatchupResult:
                 if getattr(item, "deleted", False):
                     continue
                 missed = now_ms - int(item.create_time or now_ms) > window_ms
-                event = json.loads(json.dumps(listed_message_event(bot=bot, item=item, missed=missed)))
-                feishu_webhook.captured_event_store(
-                    bot=bot, event=event
-                )  # a message stored already is found, not stored again
+                event = json.loads(
+                    json.dumps(listed_message_event(bot=bot, item=item, missed=missed, chat_type=chat_type))
+                )
+                # A message stored already is found, not stored again.
+                feishu_webhook.captured_event_store(bot=bot, event=event)
             if not token:
                 break
     stored = InboundEvent.objects.filter(bot=bot).count() - before

@@ -22,6 +22,7 @@ from django.conf import settings
 from agents.models import Bot
 from feishu.outbound import client as feishu_client
 from feishu.outbound.api_errors import FeishuApiError, ResourceTooLarge
+from feishu.outbound.budget import SendBudget
 from feishu.outbound.sandbox import MESSAGE_NOT_FOUND_CODE
 from feishu.outbound.sdk import (
     AccessTokenType,
@@ -255,8 +256,13 @@ def messages_list_page(
     if page_token:
         builder = builder.page_token(page_token)
     request = builder.build()
+    # Paced by the send budget's app share (R4; chat "" takes only the app's bucket): a catch-up of many chats
+    # after an outage takes its turn with the replies instead of spending the app's rate ahead of them.
     response = feishu_client.feishu_call(
-        bot=bot, operation="message.list", call=lambda client: client.im.v1.message.list(request)
+        bot=bot,
+        operation="message.list",
+        call=lambda client: client.im.v1.message.list(request),
+        budget=SendBudget(chat_id=""),
     )
     data = response.data
     items = list(getattr(data, "items", None) or [])
