@@ -114,7 +114,7 @@ def test_dashboard_and_bot_page_show_the_cost(scripted_usage, client):
 SUMMARY_24H, SUMMARY_30D = "0.000780", "0.004280"
 
 
-def _summary(bot, *, model: str, provider: str, tokens: tuple[int, int], age=timedelta(0)):
+def summary_write(bot, *, model: str, provider: str, tokens: tuple[int, int], age=timedelta(0)):
     source = SummarySource(
         bridge_id=bot.bridge_id,
         bot_profile=bot.slug,
@@ -139,10 +139,10 @@ def _summary(bot, *, model: str, provider: str, tokens: tuple[int, int], age=tim
 def scripted_summaries(scripted_usage):
     planner = scripted_usage["bot"]
     judge = ProbeJudgement.objects.order_by("pk").first().model
-    _summary(planner, model=judge.name, provider=judge.provider.name, tokens=(4000, 300))
-    _summary(planner, model="gpt-4o", provider="", tokens=(1000, 100), age=timedelta(days=10))
-    _summary(planner, model="unknown-model", provider="nobody", tokens=(20, 10))
-    _summary(Bot.objects.get(slug="foreign"), model=judge.name, provider=judge.provider.name, tokens=(9000, 900))
+    summary_write(planner, model=judge.name, provider=judge.provider.name, tokens=(4000, 300))
+    summary_write(planner, model="gpt-4o", provider="", tokens=(1000, 100), age=timedelta(days=10))
+    summary_write(planner, model="unknown-model", provider="nobody", tokens=(20, 10))
+    summary_write(Bot.objects.get(slug="foreign"), model=judge.name, provider=judge.provider.name, tokens=(9000, 900))
     return scripted_usage
 
 
