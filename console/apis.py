@@ -19,7 +19,7 @@ MONEY = inline_serializer(
         "unpriced_tokens": serializers.IntegerField(help_text="Tokens of models without prices: counted, not costed."),
     },
 )
-KIND_MONEY = inline_serializer("KindMoney", fields={"primary": MONEY, "probe": MONEY, "total": MONEY})
+KIND_MONEY = inline_serializer("KindMoney", fields={"primary": MONEY, "probe": MONEY, "summary": MONEY, "total": MONEY})
 BOT_USAGE = inline_serializer(
     "BotUsage",
     fields={
@@ -31,7 +31,7 @@ BOT_USAGE = inline_serializer(
         "days": inline_serializer(
             "UsageDay",
             many=True,
-            fields={"date": serializers.DateField(), "primary": MONEY, "probe": MONEY},
+            fields={"date": serializers.DateField(), "primary": MONEY, "probe": MONEY, "summary": MONEY},
             help_text="The last 30 days that had any usage, oldest first.",
         ),
     },
@@ -41,12 +41,12 @@ BOT_USAGE = inline_serializer(
 class UsageApi(APIView):
     @extend_schema(
         operation_id="usage_list",
-        summary="Cost of each of your bots: the last 24 h, 7 and 30 days, per day, primary model vs discuss probe.",
+        summary="Cost of each of your bots: the last 24 h, 7 and 30 days, per day, primary model vs discuss probe vs context summaries.",
         responses={200: inline_serializer("Usage", fields={"bots": BOT_USAGE})},
     )
     def get(self, request: Request) -> Response:
         bots = list(bot_list(user=request.user))
-        costs = bot_costs(now=timezone.now(), bot_ids=[bot.pk for bot in bots])
+        costs = bot_costs(now=timezone.now(), bots=bots)
         rows = []
         for bot in bots:
             cost = costs.get(bot.pk) or BotCost()

@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -25,7 +25,7 @@ from core.admin import (
     pretty_json,
     related_links,
 )
-from feishu.explain import ExplainNotFound, wake_explain_data
+from feishu.explain import ExplainNotFound, wake_explain_data, wake_messages
 from feishu.inbound.intake import inbound_events_reprocess
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
 from probe.admin import cause_explained, probe_mode_explained
@@ -136,7 +136,34 @@ class DiscussWakeAdmin(AuditAdmin):
     list_filter = ["status", "bot"]
     search_fields = ["chat_id", "root_msg_id", "last_message_id"]
     list_select_related = ["bot", "turn"]
-    readonly_fields = ["related", *(field.name for field in DiscussWake._meta.fields)]
+    # The messages as who wrote what (their ids in small print), not a bare list of om_ ids (issue 27).
+    readonly_fields = [
+        "related",
+        "messages_listed",
+        *(field.name for field in DiscussWake._meta.fields if field.name != "message_ids"),
+    ]
+    exclude = ["message_ids"]
+
+    @admin.display(description=_("messages"))
+    def messages_listed(self, obj: DiscussWake) -> str:
+        listed = wake_messages(bridge_id=obj.bot.bridge_id, message_ids=list(obj.message_ids or []))
+        if not listed:
+            return "–"
+        return format_html(
+            '<ol class="amux-wake-messages">{}</ol>',
+            format_html_join(
+                "",
+                '<li>{}{} <small class="amux-code">{}</small></li>',
+                (
+                    (
+                        f"{message['author']}: " if message["author"] and message["preview"] else "",
+                        message["preview"],
+                        message["message_id"],
+                    )
+                    for message in listed
+                ),
+            ),
+        )
 
     @admin.display(description=_("related"))
     def related(self, obj: DiscussWake) -> str:

@@ -13,7 +13,8 @@ from feishu.inbound.catchup import MISSED_TEXT
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from threadcontext.explain import decision_explain_data
-from threadcontext.models import ThreadContextDecision
+from threadcontext.models import ThreadContextDecision, ThreadContextItem
+from threadcontext.selection_types import text_preview
 
 
 class ExplainNotFound(Exception):
@@ -114,6 +115,23 @@ def _voice(*, bot, message_ids: list[str]) -> list[dict[str, Any]]:
     ]
 
 
+def wake_messages(*, bridge_id: str, message_ids: list[str]) -> list[dict[str, str]]:
+    """A wake's messages in its order, each with who wrote it and the start of its text (from this bot's context
+    items; a message the hub kept no item of shows its id alone). One query through the items' message index."""
+    found: dict[str, tuple[str, str]] = {}
+    rows = ThreadContextItem.objects.filter(bridge_id=bridge_id, message_id__in=set(message_ids)).order_by("id")
+    for message_id, author, text in rows.values_list("message_id", "author_label", "text"):
+        found.setdefault(message_id, (author, text_preview(text)))
+    return [
+        {
+            "message_id": message_id,
+            "author": found.get(message_id, ("", ""))[0],
+            "preview": found.get(message_id, ("", ""))[1],
+        }
+        for message_id in message_ids
+    ]
+
+
 def _records(
     *, wake_id: int | None, turn_id: int | None, event_id: int | None
 ) -> tuple[DiscussWake | None, Turn | None, Bot, InboundEvent | None]:
@@ -182,6 +200,7 @@ def wake_explain_data(
             "root_msg_id": wake.root_msg_id,
             "status": wake.status,
             "message_ids": list(wake.message_ids),
+            "messages": wake_messages(bridge_id=bot.bridge_id, message_ids=list(wake.message_ids)),
             "first_message_at": wake.first_message_at,
             "due_at": wake.due_at,
             "deadline_at": wake.deadline_at,

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from agents.models import Bot
+from agents.models import Bot, Turn
 from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 
 DEFAULT_SCRIPT = """\
@@ -135,6 +135,43 @@ def conversation_simulate(
         status, body = _post(url, request.body, request.headers, timeout)
         results.append(PostResult(step, message_id, status, body, (time.perf_counter() - started) * 1000))
     return results
+
+
+# A turn in one of these states has nothing more to say (its reply, if any, is stored).
+TURN_FINISHED = {Turn.Status.DELIVERED, Turn.Status.DELIVERY_FAILED, Turn.Status.FAILED, Turn.Status.SKIPPED}
+
+
+@dataclass(frozen=True)
+class Reply:
+    message_id: str  # the posted message that started the turn
+    bot: str
+    status: str
+    text: str
+
+
+def replies_wait(*, message_ids: list[str], expected: set[str], timeout: float, poll: float = 0.5) -> list[Reply]:
+    """The turns the posted messages started, with their replies' text, read from the hub's database once each
+    message in `expected` (the @s and DMs: each starts a turn) has a finished turn and no turn is still running,
+    or when `timeout` seconds have passed (a turn still running is listed with its state and no text). A worker
+    makes the replies after the webhook's 200: this waits for them instead of leaving the operator to look."""
+    deadline = time.monotonic() + timeout
+    while True:
+        turns = list(
+            Turn.objects.filter(source_message_id__in=message_ids).select_related("bot", "reply_message").order_by("id")
+        )
+        finished = {turn.source_message_id for turn in turns if turn.status in TURN_FINISHED}
+        settled = expected <= finished and all(turn.status in TURN_FINISHED for turn in turns)
+        if settled or time.monotonic() >= deadline:
+            return [
+                Reply(
+                    message_id=turn.source_message_id,
+                    bot=turn.bot.slug,
+                    status=turn.status,
+                    text=turn.reply_message.content if turn.reply_message is not None else "",
+                )
+                for turn in turns
+            ]
+        time.sleep(poll)
 
 
 def results_as_json(results: list[PostResult]) -> str:

@@ -89,6 +89,7 @@ def context_summary_write(*, decision_id: int, bot_id: int) -> str:
         source=source,
         summary=text,
         model_name=model.name,
+        provider_name=model.provider.name,
         input_tokens=result.usage.input_tokens,
         output_tokens=result.usage.output_tokens,
     )

@@ -188,6 +188,8 @@ class ThreadContextItem(models.Model):
             models.Index(fields=["chat_id", "root_msg_id", "item_type", "-id"], name="contextitem_thread_type_newest"),
             # C7: a quoted card without inline text is filled from the local item of that message.
             models.Index(fields=["message_id"], name="contextitem_message"),
+            # A7/K3: the console's cost of summaries over the last 30 days, across bots.
+            models.Index(fields=["item_type", "created_at"], name="contextitem_type_created"),
         ]
 
     def __str__(self) -> str:

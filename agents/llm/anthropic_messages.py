@@ -190,6 +190,19 @@ class AnthropicClient:
         return CompletionResult(
             text="".join(texts),
             tool_calls=calls,
-            usage=Usage(input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens),
+            usage=anthropic_usage(response.usage),
             raw_finish_reason=response.stop_reason or "",
         )
+
+
+def anthropic_usage(usage) -> Usage:
+    """Anthropic counts prompt-cache reads and writes apart from `input_tokens`; our Usage counts every prompt
+    token in input_tokens and the cache reads again in cached_input_tokens (priced at the cached price, A7).
+    Cache writes have no price of their own here: they count as plain input."""
+    cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
+    cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
+    return Usage(
+        input_tokens=(usage.input_tokens or 0) + cache_read + cache_write,
+        output_tokens=usage.output_tokens or 0,
+        cached_input_tokens=cache_read,
+    )

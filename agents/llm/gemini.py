@@ -261,6 +261,8 @@ class GeminiClient:
             usage=Usage(
                 input_tokens=(usage.prompt_token_count or 0) if usage else 0,
                 output_tokens=(usage.candidates_token_count or 0) if usage else 0,
+                # Part of prompt_token_count, as our Usage wants: the tokens read from a cached content (A7).
+                cached_input_tokens=(usage.cached_content_token_count or 0) if usage else 0,
             ),
             raw_finish_reason=str(finish.value if hasattr(finish, "value") else finish or ""),
         )

@@ -135,7 +135,12 @@ class BotOverviewAdmin(BotAdmin):
                 "bot_overview": overview,
                 "bot_probe_cause": cause_explained(overview.probe_cause) if overview.probe_cause else "",
                 "bot_related": related_links(bot_neighbours(bot)),
-                "cost_kinds": [("primary", _("Primary model")), ("probe", _("Discuss probe")), ("total", _("Total"))],
+                "cost_kinds": [
+                    ("primary", _("Primary model")),
+                    ("probe", _("Discuss probe")),
+                    ("summary", _("Context summaries")),
+                    ("total", _("Total")),
+                ],
                 "cost_windows": [name for name, _span in WINDOWS],
             }
         return super().change_view(request, object_id, form_url, extra_context)

@@ -1,9 +1,9 @@
-"""Cost per bot in money (A7): the last 24 hours, 7 and 30 days, and per day, primary vs probe.
+"""Cost per bot in money (A7): the last 24 hours, 7 and 30 days, and per day, primary vs probe vs summaries.
 
-Two grouped queries whatever the history: turns (priced by the model their usage names) and judgements (by their
-model row), each summed per (bot, day, model, window) in the database. Prices are the models' current prices: a
+Three grouped queries whatever the history: turns (priced by the model their usage names), judgements (by their
+model row) and context summaries (K3: by the model their metadata names; read through the (item_type, created_at)
+index), each summed per (bot, day, model, window) in the database. Prices are the models' current prices: a
 price changed today re-prices the past, which is what an operator comparing models wants to see.
-Summaries have no model calls of their own yet; when they do, they are a third kind beside these two.
 """
 
 from __future__ import annotations
@@ -12,22 +12,23 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
-from django.db.models import BooleanField, ExpressionWrapper, IntegerField, Q, Sum
+from django.db.models import BooleanField, ExpressionWrapper, IntegerField, Q, Sum, TextField, Value
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce, TruncDate
 
-from agents.models import LLMModel, Turn
+from agents.models import Bot, LLMModel, Turn
 from agents.pricing import Money, Prices
 from probe.models import ProbeJudgement
+from threadcontext.models import ThreadContextItem
 
 WINDOWS = (("24h", timedelta(hours=24)), ("7d", timedelta(days=7)), ("30d", timedelta(days=30)))
-KINDS = ("primary", "probe")
+KINDS = ("primary", "probe", "summary")
 LONGEST = WINDOWS[-1][1]
 
 
 @dataclass
 class BotCost:
-    # window -> kind ("primary", "probe", "total") -> money
+    # window -> kind ("primary", "probe", "summary", "total") -> money
     windows: dict[str, dict[str, Money]] = field(
         default_factory=lambda: {name: {kind: Money() for kind in (*KINDS, "total")} for name, _ in WINDOWS}
     )
@@ -61,17 +62,16 @@ def _windows_of(column: str, now: datetime) -> dict[str, ExpressionWrapper]:
     }
 
 
-def bot_costs(*, now: datetime, bot_ids: list[int] | None = None) -> dict[int, BotCost]:
-    """Every bot's cost (or those of `bot_ids`): primary turns priced by the model named in their usage, probe
-    judgements by their model; tokens of a model without prices are counted as unpriced."""
+def bot_costs(*, now: datetime, bots: list[Bot]) -> dict[int, BotCost]:
+    """The cost of `bots`: primary turns priced by the model named in their usage, probe judgements by their
+    model, summaries by the model named in their metadata; tokens of a model without prices count as unpriced."""
     models = list(LLMModel.objects.select_related("provider"))
     by_pk = {model.pk: _prices(model) for model in models}
     by_name = {(model.provider.name, model.name): _prices(model) for model in models}
     costs: dict[int, BotCost] = defaultdict(BotCost)
-    turns = Turn.objects.filter(queued_at__gte=now - LONGEST)
-    judgements = ProbeJudgement.objects.filter(created_at__gte=now - LONGEST)
-    if bot_ids is not None:
-        turns, judgements = turns.filter(bot_id__in=bot_ids), judgements.filter(bot_id__in=bot_ids)
+    bot_ids = [bot.pk for bot in bots]
+    turns = Turn.objects.filter(queued_at__gte=now - LONGEST, bot_id__in=bot_ids)
+    judgements = ProbeJudgement.objects.filter(created_at__gte=now - LONGEST, bot_id__in=bot_ids)
     turn_windows = _windows_of("queued_at", now)
     for row in (
         turns.annotate(
@@ -111,4 +111,47 @@ def bot_costs(*, now: datetime, bot_ids: list[int] | None = None) -> dict[int, B
                 "cached_input_tokens": 0,
             },
         )
+    _summary_costs_add(costs, now=now, bots=bots, models=models)
     return costs
+
+
+def _summary_prices(models: list[LLMModel]) -> dict[tuple[str, str], Prices]:
+    """Summaries name their model's provider and name; one stored before the provider was recorded names only
+    the model, priced when exactly one provider has a model of that name."""
+    prices = {(model.provider.name, model.name): _prices(model) for model in models}
+    names = [model.name for model in models]
+    prices.update({("", model.name): _prices(model) for model in models if names.count(model.name) == 1})
+    return prices
+
+
+def _summary_costs_add(costs: dict[int, BotCost], *, now: datetime, bots: list[Bot], models: list[LLMModel]) -> None:
+    bot_of_bridge = {bot.bridge_id: bot.pk for bot in bots}
+    prices = _summary_prices(models)
+    windows = _windows_of("created_at", now)
+    summaries = ThreadContextItem.objects.filter(
+        item_type=ThreadContextItem.ItemType.SUMMARY, created_at__gte=now - LONGEST, bridge_id__in=list(bot_of_bridge)
+    )
+    for row in (
+        summaries.annotate(
+            day=TruncDate("created_at"),
+            model_name=KeyTextTransform("model", "metadata"),
+            provider_name=Coalesce(KeyTextTransform("provider", "metadata"), Value(""), output_field=TextField()),
+            **windows,
+        )
+        .values("bridge_id", "day", "model_name", "provider_name", *windows)
+        .annotate(
+            input_tokens=Coalesce(Sum(Cast(KeyTextTransform("input_tokens", "metadata"), IntegerField())), 0),
+            output_tokens=Coalesce(Sum(Cast(KeyTextTransform("output_tokens", "metadata"), IntegerField())), 0),
+        )
+    ):
+        costs[bot_of_bridge[row["bridge_id"]]].add(
+            kind="summary",
+            day=row["day"],
+            windows=[name for name, _ in WINDOWS if row[f"in_{name}"]],
+            prices=prices.get((row["provider_name"], row["model_name"])),
+            tokens={
+                "input_tokens": row["input_tokens"],
+                "output_tokens": row["output_tokens"],
+                "cached_input_tokens": 0,
+            },
+        )

@@ -371,7 +371,7 @@ def dashboard_rows(*, now: datetime) -> list[BotRow]:
     # The playground's stand-ins are not the hub's bots: their turns and judgements stay out of the front page.
     bots = list(Bot.objects.filter(is_sandbox=False).select_related("primary_model__provider").order_by("name", "pk"))
     totals = _totals_get(window=window)
-    links, costs = _AdminLinks.lists_reversed(), bot_costs(now=now, bot_ids=[bot.pk for bot in bots])
+    links, costs = _AdminLinks.lists_reversed(), bot_costs(now=now, bots=bots)
     rows = [_bot_row(bot=bot, window=window, links=links, totals=totals) for bot in bots]
     for row in rows:
         row.cost = costs.get(row.bot.pk) or row.cost

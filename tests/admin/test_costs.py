@@ -6,14 +6,19 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents.models import Provider, Turn
+from agents.models import Bot, Provider, Turn
 from agents.pricing import Prices, tokens_cost
+from console.dashboard.costs import bot_costs
 from probe.models import ProbeJudgement
 from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
 from tests.clients import token_client
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
+from threadcontext.models import ThreadContextItem
+from threadcontext.services.summaries import SummarySource, context_summary_record
 
 pytestmark = pytest.mark.django_db
 
@@ -98,3 +103,86 @@ def test_dashboard_and_bot_page_show_the_cost(scripted_usage, client):
     for window, primary, probe in (("24h", "0.0165", "0.0004"), ("30d", "0.0165", "0.0005")):
         assert f'data-cost="{window}-primary">{primary} USD' in bot_page
         assert f'data-cost="{window}-probe">{probe} USD' in bot_page
+
+
+# Summaries (K3), per million tokens as above. By hand:
+#   today, by the judge model (provider recorded): 4000 in, 300 out = 4000 x 0.15 + 300 x 0.60 = 780 / 1e6 = 0.000780
+#   10 days ago, gpt-4o named without its provider (stored before providers were): 1000 in, 100 out
+#                                                  = 1000 x 2.50 + 100 x 10.00 = 3500 / 1e6 = 0.003500
+#   today, by a model the hub does not know: 20 + 10 tokens, counted as unpriced
+#   another owner's bot's summary: not the planner's
+SUMMARY_24H, SUMMARY_30D = "0.000780", "0.004280"
+
+
+def summary_write(bot, *, model: str, provider: str, tokens: tuple[int, int], age=timedelta(0)):
+    source = SummarySource(
+        bridge_id=bot.bridge_id,
+        bot_profile=bot.slug,
+        chat_id="oc_chat",
+        root_msg_id="om_root",
+        previous_text="",
+        previous_covers=(),
+        items=((1, "Ann", "we ship friday"),),
+    )
+    item = context_summary_record(
+        source=source,
+        summary="Ann: ship friday.",
+        model_name=model,
+        provider_name=provider,
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+    )
+    ThreadContextItem.objects.filter(pk=item.pk).update(created_at=timezone.now() - age)
+
+
+@pytest.fixture
+def scripted_summaries(scripted_usage):
+    planner = scripted_usage["bot"]
+    judge = ProbeJudgement.objects.order_by("pk").first().model
+    summary_write(planner, model=judge.name, provider=judge.provider.name, tokens=(4000, 300))
+    summary_write(planner, model="gpt-4o", provider="", tokens=(1000, 100), age=timedelta(days=10))
+    summary_write(planner, model="unknown-model", provider="nobody", tokens=(20, 10))
+    summary_write(Bot.objects.get(slug="foreign"), model=judge.name, provider=judge.provider.name, tokens=(9000, 900))
+    return scripted_usage
+
+
+def test_summaries_cost_beside_primary_and_probe_in_the_api(scripted_summaries):
+    body = token_client(scripted_summaries["owner"]).get("/api/v1/usage/").json()
+
+    planner = next(row for row in body["bots"] if row["bot"] == "planner")
+    day = planner["windows"]["24h"]
+    assert day["summary"] == {"amounts": {"USD": SUMMARY_24H}, "unpriced_tokens": 30}
+    assert day["primary"]["amounts"] == {"USD": PRIMARY_24H}  # the other kinds unchanged
+    assert day["total"] == {"amounts": {"USD": "0.017640"}, "unpriced_tokens": 100}
+    assert planner["windows"]["7d"]["summary"]["amounts"] == {"USD": SUMMARY_24H}
+    assert planner["windows"]["30d"]["summary"]["amounts"] == {"USD": SUMMARY_30D}
+    assert [entry["summary"]["amounts"] for entry in planner["days"]] == [{"USD": "0.003500"}, {"USD": SUMMARY_24H}]
+
+
+def test_summaries_cost_on_the_dashboard_and_the_bot_page(scripted_summaries, client):
+    client.force_login(scripted_summaries["owner"])
+
+    dashboard = client.get("/admin/").content.decode()
+    bot_page = client.get(f"/admin/agents/bot/{scripted_summaries['bot'].pk}/change/").content.decode()
+
+    assert 'data-cost="planner-24h">0.0176 USD' in dashboard
+    assert 'data-cost-summary="planner-24h">summaries 0.0008 USD' in dashboard
+    for window, summary in (("24h", "0.0008"), ("7d", "0.0008"), ("30d", "0.0043")):
+        assert f'data-cost="{window}-summary">{summary} USD' in bot_page
+
+
+def test_the_summary_cost_query_reads_the_type_and_time_index():
+    bot = BotFactory(slug="indexed")
+    with CaptureQueriesContext(connection) as queries:
+        bot_costs(now=timezone.now(), bots=[bot])
+    (sql,) = [query["sql"] for query in queries.captured_queries if "threadcontext_threadcontextitem" in query["sql"]]
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+            plan = " ".join(str(row) for row in cursor.fetchall())
+            assert "contextitem_type_created" in plan, plan
+        else:  # on PostgreSQL a tiny table may be read whole; the index must at least be usable
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}")
+            plan = " ".join(str(row) for row in cursor.fetchall())
+            assert "contextitem_type_created" in plan, plan

@@ -15,6 +15,7 @@ from console.dashboard.selectors import dashboard_rows
 from feishu.models import FeishuConnection, FeishuCredentialCheck, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
 from probe.services import probe_gate_run
+from tests.admin.test_costs import summary_write
 from tests.agents.factories import BotFactory, ThreadFactory
 from tests.probe.test_gate import TRANSCRIPT
 from tests.stubs.llm_servers import StubResponse, openai_error_body
@@ -254,6 +255,7 @@ def test_queries_per_render_do_not_grow_with_bots_or_rows(admin_client):
             make_turn(bot, age=age, usage={"input_tokens": 3, "output_tokens": 4}, duration_ms=50)
             make_judgement(bot, age=age, outcome="no_action")
             make_judgement(bot, age=age, outcome="act")
+            summary_write(bot, model="gpt-4o", provider="", tokens=(10, 5), age=age)  # the third cost kind (K3)
     with CaptureQueriesContext(connection) as large:
         assert admin_client.get("/admin/").status_code == 200
 

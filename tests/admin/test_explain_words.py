@@ -144,3 +144,26 @@ def test_a_wake_absorbed_by_an_at_is_an_outcome_not_an_error(admin_client):
     page = admin_client.get(reverse("admin:feishu_discusswake_explain", args=[wake.pk])).content.decode()
 
     assert f"<th>Outcome</th><td data-wake-note>{ABSORBED_ERROR} 7</td>" in page
+
+
+def test_a_wakes_messages_and_the_excluded_items_show_their_text(admin_client, answered_wake):  # noqa: F811
+    """Issue 27, left: the wake's messages were bare om_ ids and the explain page's excluded items had no text."""
+    wake = answered_wake
+    (message_id,) = wake.message_ids
+    decision = ThreadContextDecision.objects.get(pk=wake.turn.context_decision_id)
+    assert [(item["reason"], item["preview"]) for item in decision.excluded] == [
+        ("not_in_mode", "why is the build red?")
+    ]
+
+    explain = admin_client.get(reverse("admin:feishu_discusswake_explain", args=[wake.pk])).content.decode()
+    change = admin_client.get(reverse("admin:feishu_discusswake_change", args=[wake.pk])).content.decode()
+
+    # the wake's message as who said what, its id in small print, on the explain page and the wake's own page
+    listed = re.search(r'id="explain-wake-messages">(.*?)</ol>', explain, re.S).group(1)
+    assert f'why is the build red? <small class="amux-code">{message_id}</small>' in listed
+    own = re.search(r'field-messages_listed">.*?<div class="readonly">(.*?)</div>', change, re.S).group(1)
+    assert f'why is the build red? <small class="amux-code">{message_id}</small>' in own
+    assert "[&quot;om_" not in change  # no bare JSON list of ids
+    # the excluded item with its text beside the reason
+    excluded = re.search(r'id="explain-excluded">(.*?)</table>', explain, re.S).group(1)
+    assert '<td class="preview">why is the build red?</td>' in excluded

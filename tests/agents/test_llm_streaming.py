@@ -32,6 +32,8 @@ from tests.stubs.llm_servers import (
     OVERFLOW_BODIES,
     RATE_LIMIT_BODIES,
     StubResponse,
+    anthropic_body,
+    gemini_body,
     text_pieces,
 )
 
@@ -365,3 +367,23 @@ def test_local_rules_pauses_between_streamed_words_as_configured(settings, monke
     # then: one pause between each two words, each before the next word
     assert pauses == [0.04] * (len(events) - 1)
     assert pauses_at_delta == list(range(len(events)))
+
+
+CACHED_BODIES = {
+    # Anthropic counts cache reads apart from input_tokens; Gemini within promptTokenCount.
+    "anthropic": lambda: anthropic_body(text="Cached.", input_tokens=100, output_tokens=7, cache_read_input_tokens=900),
+    "gemini": lambda: gemini_body(text="Cached.", input_tokens=1000, output_tokens=7, cached_tokens=900),
+}
+
+
+@pytest.mark.parametrize("api", list(CACHED_BODIES))
+def test_a7_cached_input_tokens_are_recorded_from_anthropic_and_gemini(api, llm_stub):
+    # given: an answer that read 900 of its 1000 prompt tokens from the provider's cache, once whole, once streamed
+    client = llm_client_for(model=model_for(api, llm_stub))
+    llm_stub.enqueue(api, StubResponse(body=CACHED_BODIES[api]()), StubResponse(body=CACHED_BODIES[api]()))
+    # when: through the real SDK
+    completed = client.complete(text_request(api))
+    _, streamed = collect(client, text_request(api))
+    # then: every prompt token in input_tokens, the cache reads among them priced apart
+    assert completed.usage == Usage(input_tokens=1000, output_tokens=7, cached_input_tokens=900)
+    assert streamed.usage == completed.usage

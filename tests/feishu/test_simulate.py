@@ -39,6 +39,13 @@ def test_feishu_simulate_drives_a_running_hub(live_server, feishu_stub, make_fei
     assert InboundEvent.objects.filter(status="done").count() == 5
     assert sorted(Turn.objects.values_list("trigger", flat=True)) == ["dm", "mention", "mention"]
     assert len(feishu_stub.sent) == 3
+    # and each reply's text is printed under the message that asked for it
+    replies = out.split("Replies (waiting up to 60 s for the worker):\n", 1)[1]
+    for turn in Turn.objects.select_related("reply_message").order_by("id"):
+        text = turn.reply_message.content
+        assert text and all(f"    {line}" in replies for line in text.splitlines())
+    assert replies.count("-> planner (delivered):") == 3
+    assert "no turn yet" not in replies
     assert set(ThreadEvent.objects.values_list("event_type", flat=True)) == {
         "topic_root",
         "human_message",

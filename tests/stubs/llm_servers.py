@@ -206,6 +206,7 @@ def anthropic_body(
     output_tokens: int = 20,
     model: str = "claude-sonnet-4-6",
     stop_reason: str = "",
+    cache_read_input_tokens: int = 0,  # apart from input_tokens, as Anthropic counts them (A7)
 ) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if text is not None and not tool_calls:
@@ -220,7 +221,8 @@ def anthropic_body(
         "content": content,
         "stop_reason": stop_reason or ("tool_use" if tool_calls else "end_turn"),
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        | ({"cache_read_input_tokens": cache_read_input_tokens} if cache_read_input_tokens else {}),
     }
 
 
@@ -232,6 +234,7 @@ def gemini_body(
     output_tokens: int = 20,
     model: str = "gemini-2.5-flash",
     finish_reason: str = "STOP",
+    cached_tokens: int = 0,  # of input_tokens, read from a cached content (A7)
 ) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     if text is not None and not tool_calls:
@@ -244,7 +247,8 @@ def gemini_body(
             "promptTokenCount": input_tokens,
             "candidatesTokenCount": output_tokens,
             "totalTokenCount": input_tokens + output_tokens,
-        },
+        }
+        | ({"cachedContentTokenCount": cached_tokens} if cached_tokens else {}),
         "modelVersion": model,
         "responseId": "r1",
     }
@@ -424,7 +428,8 @@ def anthropic_events(body: dict[str, Any]) -> list[SSEEvent]:
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1},
+        # message_start carries the prompt's counts, cache reads included; message_delta the output's
+        "usage": {key: value for key, value in usage.items() if key != "output_tokens"} | {"output_tokens": 1},
     }
     events = [SSEEvent({"type": "message_start", "message": start}, event="message_start")]
     events.append(SSEEvent({"type": "ping"}, event="ping"))

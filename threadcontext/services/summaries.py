@@ -120,7 +120,13 @@ def summary_source_for_decision(*, decision_id: int) -> SummarySource | None:
 
 
 def context_summary_record(
-    *, source: SummarySource, summary: str, model_name: str, input_tokens: int, output_tokens: int
+    *,
+    source: SummarySource,
+    summary: str,
+    model_name: str,
+    input_tokens: int,
+    output_tokens: int,
+    provider_name: str = "",
 ) -> ThreadContextItem:
     """Store one summary (an event and its item, like any context): untrusted background, its sources listed."""
     covers = source.covers
@@ -130,6 +136,7 @@ def context_summary_record(
         SUMMARY_COVERS_KEY: covers,
         SUMMARY_COVERS_THROUGH_KEY: max(covers),
         "model": model_name,
+        "provider": provider_name,  # with the model's name, what prices the summary (console.dashboard.costs)
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
     }

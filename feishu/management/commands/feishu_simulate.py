@@ -11,8 +11,11 @@ from django.core.management.base import BaseCommand, CommandError
 from agents.models import Bot
 from feishu.simulate import (
     DEFAULT_SCRIPT,
+    PostResult,
+    Reply,
     bot_local_credentials_provision,
     conversation_simulate,
+    replies_wait,
     script_parse,
 )
 
@@ -27,6 +30,12 @@ class Command(BaseCommand):
         parser.add_argument("--chat", default="oc_demo", help="The group chat id (default: the demo workspace's).")
         parser.add_argument("--sender", default="ou_simulated_user", help="The sender's open_id.")
         parser.add_argument("--repeat", type=int, default=1, help="Run the script this many times (new ids each).")
+        parser.add_argument(
+            "--wait",
+            type=float,
+            default=60.0,
+            help="Seconds to wait for the worker's replies and print their text (0: do not wait).",
+        )
         parser.add_argument(
             "--provision",
             action="store_true",
@@ -58,7 +67,7 @@ class Command(BaseCommand):
             )
         # @-mentions must carry the open_id the hub knows each bot by (F6).
         open_ids = {slug: b.feishu_bot_open_id or f"ou_bot_{b.feishu_app_id}" for slug, b in bots.items()}
-        failures = 0
+        failures, posted = 0, []
         self.stdout.write(
             f"Posting {len(steps)} signed, encrypted events to {options['url']}/feishu/webhook/{bot.slug}/ "
             f"as Feishu would (chat {options['chat']}):"
@@ -73,6 +82,7 @@ class Command(BaseCommand):
                 sender_open_id=options["sender"],
                 open_ids=open_ids,
             )
+            posted += results
             for result in results:
                 failures += result.status != 200
                 self.stdout.write(
@@ -81,9 +91,28 @@ class Command(BaseCommand):
                 )
         if failures:
             raise CommandError(f"{failures} event(s) were not acknowledged with 200.")
+        if options["wait"] > 0:
+            self.replies_show(posted, timeout=options["wait"])
         # Replies are made by the worker after the 200: where to read them, not a wait for them here.
         self.stdout.write(
             f"Done. The bots reply from the worker within seconds: {options['url']}/admin/feishu/outbounddelivery/ "
             "(a bot without a Feishu app has its replies recorded there), and each turn's explain page from "
             f"{options['url']}/admin/agents/turn/."
         )
+
+    def replies_show(self, posted: list[PostResult], *, timeout: float) -> None:
+        """Each reply's text under the message that asked for it (the worker makes them after the 200)."""
+        self.stdout.write(f"Replies (waiting up to {timeout:g} s for the worker):")
+        expected = {result.message_id for result in posted if result.step.kind in ("mention", "dm")}
+        replies = replies_wait(message_ids=[result.message_id for result in posted], expected=expected, timeout=timeout)
+        by_message: dict[str, list[Reply]] = {}
+        for reply in replies:
+            by_message.setdefault(reply.message_id, []).append(reply)
+        for result in posted:
+            for reply in by_message.get(result.message_id, []):
+                head = f"{result.step.kind} {result.step.text[:40]!r} -> {reply.bot} ({reply.status})"
+                body = "\n".join(f"    {line}" for line in (reply.text or "(no text)").splitlines())
+                self.stdout.write(f"  {head}:\n{body}")
+        missing = expected - {reply.message_id for reply in replies}
+        if missing:
+            self.stdout.write(f"  no turn yet for {len(missing)} message(s): is the worker running?")
