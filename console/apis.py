@@ -22,6 +22,7 @@ MONEY = inline_serializer(
 KIND_MONEY = inline_serializer("KindMoney", fields={"primary": MONEY, "probe": MONEY, "summary": MONEY, "total": MONEY})
 BOT_USAGE = inline_serializer(
     "BotUsage",
+    many=True,  # "bots" is a list of these
     fields={
         "bot": serializers.CharField(help_text="The bot's slug."),
         "name": serializers.CharField(),

@@ -5,6 +5,7 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -42,6 +43,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     return response
 
 
+@csrf_exempt  # a POST to an unknown API URL is a JSON 404, not the CSRF middleware's HTML 403
 def api_not_found(request: HttpRequest) -> JsonResponse:
     """The last /api/ route: an unknown API URL is a JSON 404 whatever DEBUG says (Django's debug page is HTML)."""
     return JsonResponse({"message": "Not found.", "extra": {}}, status=404)

@@ -170,8 +170,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
         "chat_id",
         "mode",
         "reply_mode",
-        "bot_chain_limit",
-        "discuss_answers",
+        # The bots-together settings (bot_chain_limit, discuss_answers) are on the change page: the list fits 1440 px.
         "chat_mode",
         "thread_context_limit",
         "session_scope",

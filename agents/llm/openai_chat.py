@@ -38,20 +38,12 @@ from agents.llm.errors import (
     stainless_sdk_error,
     without_secret,
 )
+from agents.llm.openai_client import openai_client
 from agents.llm.settings import ProviderSettings
 from agents.llm.streaming import callback_errors_unwrapped, text_emitter
 
 OVERFLOW_CODES = OVERFLOW_ERROR_CODES
 OVERFLOW_PHRASES = ("maximum context length", "context window", "context_length_exceeded", "too many tokens")
-
-
-def openai_client(settings: ProviderSettings) -> openai.OpenAI:
-    return openai.OpenAI(
-        api_key=settings.api_key or "unset",
-        base_url=settings.base_url or None,
-        timeout=settings.timeout_seconds,
-        max_retries=settings.max_retries,
-    )
 
 
 # The SDK's `create(**params)` walks every parameter through its TypedDict annotations before sending (aliases,

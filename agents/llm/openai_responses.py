@@ -31,10 +31,10 @@ from agents.llm.openai_chat import (
     create_untransformed,
     data_uri,
     map_openai_error,
-    openai_client,
     parse_arguments,
     strict_schema,
 )
+from agents.llm.openai_client import openai_client
 from agents.llm.settings import ProviderSettings
 from agents.llm.streaming import callback_errors_unwrapped, text_emitter
 

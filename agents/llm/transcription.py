@@ -7,6 +7,7 @@ whose reason is a short sentence built from the status code or the failure's kin
 (a gateway may quote the key it refused).
 """
 
+from agents.llm.openai_client import openai_client
 from agents.llm.settings import ProviderSettings
 
 
@@ -21,8 +22,6 @@ def audio_transcribe(*, settings: ProviderSettings, model: str, audio: bytes, fi
     # Imported on first use, as agents.llm.registry does with the adapters: the openai SDK costs 1-3 s of CPU to
     # import, and commands and web processes that never transcribe must not pay it (tests/test_startup.py).
     import openai
-
-    from agents.llm.openai_chat import openai_client
 
     client = openai_client(settings)
     try:
