@@ -278,3 +278,41 @@ def test_h1_the_server_form_refuses_approval_for_a_tool_off_the_allowlist():
     )
     assert not form.is_valid()
     assert "Not on the allowlist: deploy" in str(form.errors["approval_tools"])
+
+
+def test_h1_o1_a_turn_waiting_for_approval_holds_its_conversation_and_the_next_request_is_answered_after_it(
+    llm_stub, mcp_url, counter_file
+):
+    """A turn paused for a person's approval keeps its place: a later request of the same conversation waits for
+    its answer (O1, O4), then runs with that answer in its input (O3)."""
+    # given: the first request's model calls a gated tool, then answers; the second request is answered plainly
+    client, bot, thread = rest_setup(llm_stub)
+    gated_server(bot, mcp_url)
+    llm_stub.enqueue(
+        "openai_chat",
+        call(("ops__counter", {"seconds": 0})),
+        answer("Counted once."),
+        answer("Second answer."),
+    )
+    first = rest_say(client, thread, "count it")
+    assert first["status"] == "awaiting_approval"
+
+    # when: a second message arrives while the first waits for the person
+    second = rest_say(client, thread, "and then summarise")
+
+    # then: it waits behind the first; no model call was made for it
+    assert second["status"] == "queued"
+    assert len(llm_stub.requests_for("openai_chat")) == 1
+
+    # when: the owner allows the call
+    decide(client, first["id"], "allow_once")
+
+    # then: the first is answered, then the second, whose model input holds the first answer before its question
+    first_after = client.get(f"/api/v1/turns/{first['id']}/").json()
+    second_after = client.get(f"/api/v1/turns/{second['id']}/").json()
+    assert (first_after["status"], first_after["reply"]["content"]) == ("delivered", "Counted once.")
+    assert (second_after["status"], second_after["reply"]["content"]) == ("delivered", "Second answer.")
+    assert Turn.objects.get(pk=first["id"]).finished_at <= Turn.objects.get(pk=second["id"]).started_at
+    last_input = json.dumps(llm_stub.requests_for("openai_chat")[-1].json, ensure_ascii=False)
+    assert last_input.index("Counted once.") < last_input.index("and then summarise")
+    assert runs(counter_file) == 1
