@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.apps import apps
 from django.contrib import admin
 from django.db.models import Model
@@ -165,3 +166,27 @@ def model_strings_translate() -> None:
                 field.help_text = _lazy(field.help_text)
                 if field.choices:
                     field.choices = [(value, _lazy(label)) for value, label in field.choices]
+
+
+class OpenIdListField(forms.Field):
+    """A JSON list of Feishu open ids edited as text, one id per line (commas and spaces separate too), so an
+    operator never types JSON; a JSON list pasted in (`["ou_1"]`) is read as before."""
+
+    widget = forms.Textarea(attrs={"rows": 3, "cols": 40, "placeholder": "ou_…"})
+
+    def prepare_value(self, value: Any) -> str:
+        if isinstance(value, str) and value.startswith("["):  # a bound form's JSON text, as a browser sent it
+            value = self.to_python(value)
+        return "\n".join(value) if isinstance(value, list) else (value or "")
+
+    def to_python(self, value: Any) -> list[str]:
+        text = (value or "").strip()
+        if text.startswith("["):
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                raise forms.ValidationError(_("Not a list of open ids: write one per line.")) from None
+            if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
+                raise forms.ValidationError(_("Not a list of open ids: write one per line."))
+            return [item.strip() for item in parsed if item.strip()]
+        return [item for item in text.replace(",", " ").split() if item]

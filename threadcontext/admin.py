@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from core.admin import (
     AuditAdmin,
+    OpenIdListField,
     TranslatableText,
     compact_time,
     dict_table,
@@ -228,6 +229,12 @@ class WorkspaceAdmin(admin.ModelAdmin):
                 ),
             ]
         )
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if field is not None and db_field.name in ("allowed_open_ids", "command_open_ids"):  # one id per line, no JSON
+            return OpenIdListField(required=False, label=field.label, help_text=field.help_text)
+        return field
 
     def save_model(self, request, obj, form, change) -> None:
         super().save_model(request, obj, form, change)

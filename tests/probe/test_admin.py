@@ -270,3 +270,26 @@ def test_g5_saving_a_workspace_in_the_admin_drops_its_cached_policy(admin_client
     assert response.status_code == 302
     cached = workspace_cached_get(bot_profile="planner", chat_id="oc_1")
     assert (cached.reply_mode, cached.allowed_open_ids) == ("off", ["ou_lead"])
+
+
+def test_a9_open_id_lists_are_edited_one_per_line_not_as_json(admin_client):
+    from threadcontext.models import Workspace
+
+    # given: a workspace that allows two people
+    workspace = Workspace.objects.create(bot_profile="planner", chat_id="oc_2", allowed_open_ids=["ou_a", "ou_b"])
+    url = reverse("admin:threadcontext_workspace_change", args=[workspace.pk])
+    # when the operator opens its page: one id per line, no brackets or quotes
+    page = admin_client.get(url).content.decode()
+    assert "\nou_a\nou_b</textarea>" in page and "[&quot;ou_a&quot;" not in page
+    # when: they type ids one per line (and with a comma), and clear the command list
+    data = {
+        "bot_profile": "planner", "chat_id": "oc_2", "name": "", "mode": "shared", "owner_open_id": "",
+        "thread_context_limit": 20, "reply_mode": "", "allowed_open_ids": "ou_a\r\nou_c, ou_d\r\n",
+        "command_open_ids": "", "session_scope": "topic", "bot_chain_limit": 6, "discuss_answers": "one",
+        "topic_root_enabled": "unknown", "shared_thread_enabled": "unknown",
+    }  # fmt: skip
+    response = admin_client.post(url, data)
+    # then the lists are stored as lists
+    assert response.status_code == 302
+    workspace.refresh_from_db()
+    assert (workspace.allowed_open_ids, workspace.command_open_ids) == (["ou_a", "ou_c", "ou_d"], [])
