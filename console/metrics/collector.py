@@ -16,12 +16,12 @@ from celery import current_app
 from django.conf import settings
 from django.db.models import Count
 from kombu.exceptions import ChannelError
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agents.models import Bot, Turn
 from console.dashboard.latency import turn_latencies
-from feishu.models import FeishuConnection, InboundEvent, OutboundDelivery
+from feishu.models import FeishuConnection, InboundEvent, OutboundDelivery, WebhookRefusal
 from probe.models import ProbeJudgement
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,21 @@ class DatabaseCollector(Collector):
             slugs,
         )
         yield from self._connections(slugs)
+        yield self._refusals(slugs)
         yield self._queues()
+
+    def _refusals(self, slugs: dict[int, str]) -> CounterMetricFamily:
+        """D3: refused webhook requests since the hub began counting, per bot and reason (a bounded table: one row
+        per bot and reason; requests to slugs that name no bot are one `bot=""` series per reason)."""
+        family = CounterMetricFamily(
+            "amux_webhook_refused",
+            "Webhook requests refused (bad signature, stale, wrong token, undecryptable, malformed, unknown bot).",
+            labels=["bot", "reason"],
+        )
+        for bot_id, reason, count in WebhookRefusal.objects.values_list("bot_id", "reason", "count").order_by("pk"):
+            if bot_id is None or bot_id in slugs:
+                family.add_metric([slugs.get(bot_id, "") if bot_id else "", reason], count)
+        return family
 
     def _grouped(self, name: str, documentation: str, rows, label: str, slugs: dict[int, str]) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, documentation, labels=["bot", label])

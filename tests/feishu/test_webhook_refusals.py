@@ -107,3 +107,21 @@ def test_d3_a_refused_request_is_a_health_warning_linking_to_the_counts(admin_cl
     assert "were refused in the last 24 hours" in cause[1]
     assert cause[2] == f"/admin/agents/bot/{bot.pk}/change/#bot-webhook-refusals"
     assert 'id="bot-webhook-refusals"' in response.content.decode()
+
+
+def test_d3_refusals_are_scraped_per_bot_and_reason(client, feishu, make_feishu_bot, settings):
+    # given: two refused requests for a bot, and one to a slug that names no bot
+    settings.AMUX_METRICS_TOKEN = ""
+    settings.AMUX_METRICS_ALLOWED_IPS = ["127.0.0.1"]
+    bot = make_feishu_bot()
+    payload = fixture_payload("message_text_group", bot=bot)
+    for _ in range(2):
+        feishu.post(bot, {**payload, "header": {**payload["header"], "token": "forged"}})
+    client.post("/feishu/webhook/no-such-bot/", data=b"{}", content_type="application/json")
+
+    # when Prometheus scrapes
+    text = client.get("/metrics", REMOTE_ADDR="127.0.0.1").content.decode()
+
+    # then each bot and reason is a counter
+    assert f'amux_webhook_refused_total{{bot="{bot.slug}",reason="wrong_token"}} 2.0' in text
+    assert 'amux_webhook_refused_total{bot="",reason="unknown_bot"} 1.0' in text
