@@ -413,6 +413,7 @@ MODEL_STRINGS = frozenset(
         gettext_noop("count"),
         gettext_noop("first at"),
         gettext_noop("last at"),
+        gettext_noop("alive at"),
         gettext_noop("Deaf (connected, hearing nothing)"),
         gettext_noop("deaf since"),
         gettext_noop("history"),
