@@ -167,7 +167,8 @@ def replies_wait(*, message_ids: list[str], expected: set[str], timeout: float, 
                     message_id=turn.source_message_id,
                     bot=turn.bot.slug,
                     status=turn.status,
-                    text=turn.reply_message.content if turn.reply_message is not None else "",
+                    # A turn answered by another (queue mode collect or steer) says which, in its error line.
+                    text=turn.reply_message.content if turn.reply_message is not None else turn.error,
                 )
                 for turn in turns
             ]

@@ -5,7 +5,8 @@ from django.core.management import CommandError, call_command
 
 from agents.models import Turn
 from feishu.models import InboundEvent
-from feishu.simulate import ScriptStep, script_parse
+from feishu.simulate import ScriptStep, replies_wait, script_parse
+from tests.agents.factories import BotFactory, ThreadFactory
 from threadcontext.models import ThreadEvent, Workspace
 
 
@@ -85,3 +86,18 @@ def test_feishu_simulate_without_credentials_or_provision_is_refused():
 
     with pytest.raises(CommandError, match="has no Feishu verification token"):
         call_command("feishu_simulate", "--bot", "bare")
+
+
+@pytest.mark.django_db
+def test_a_message_collected_into_another_turn_says_which_turn_answered_it():
+    # given: the second of two quick messages was answered together with the first (queue mode collect)
+    bot = BotFactory()
+    thread = ThreadFactory(bot=bot)
+    why = "Answered together with the other messages of turn 7 (queue mode collect)."
+    Turn.objects.create(
+        bot=bot, thread=thread, trigger="mention", source_message_id="om_2", status="skipped", error=why
+    )
+    # when the simulation reads the replies
+    (reply,) = replies_wait(message_ids=["om_2"], expected={"om_2"}, timeout=0)
+    # then it prints why there is no reply of its own, not "(no text)"
+    assert (reply.status, reply.text) == ("skipped", why)
