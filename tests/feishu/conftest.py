@@ -17,6 +17,7 @@ from feishu.outbound import client as feishu_client
 from feishu.outbound.sdk import LocalCache, TokenManager
 from tests.agents.factories import BotFactory
 from tests.stubs.feishu_server import FeishuStub, FeishuStubServer
+from tests.stubs.feishu_ws_server import FeishuWsStub
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "feishu"
 
@@ -139,3 +140,22 @@ def make_feishu_bot(db):
 @pytest.fixture
 def feishu(client, feishu_stub) -> FeishuHarness:
     return FeishuHarness(client, feishu_stub)
+
+
+@pytest.fixture
+def ws_stub(settings):
+    """The long-connection websocket stub, with the hub pointed at it."""
+    stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
+    settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
+    yield stub
+    stub.stop()
+
+
+@pytest.fixture
+def long_connection_bot(make_feishu_bot, ws_stub):
+    # Plain replies, no receipt: these tests count intake and replies, one Feishu call per answer.
+    bot = make_feishu_bot(
+        name="Planner", feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION, reply_format="text", receipt_emoji=""
+    )
+    ws_stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
+    return bot

@@ -10,13 +10,12 @@ import pytest
 from django.test import TestCase
 from django.utils import timezone
 
-from agents.models import Bot, Turn
+from agents.models import Turn
 from feishu.inbound.longconn import LongConnection
 from feishu.inbound.routing import ROUTE_MISSED
 from feishu.inbound.signing import message_event_payload
 from feishu.models import InboundEvent
 from tests.feishu.conftest import bot_open_id
-from tests.stubs.feishu_ws_server import FeishuWsStub
 
 CHAT = "oc_busy_group"
 
@@ -89,13 +88,10 @@ def test_d2_catch_up_stores_each_missed_message_once_answers_a_recent_at_and_mar
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
 def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not_deliver(
-    feishu_stub, make_feishu_bot, settings
+    feishu_stub, ws_stub, long_connection_bot
 ):
     # given a long-connection bot that heard one group message
-    stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
-    settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
-    bot = make_feishu_bot(feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION, reply_format="text", receipt_emoji="")
-    stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
+    stub, bot = ws_stub, long_connection_bot
     connection = LongConnection(bot=bot)
     thread = threading.Thread(target=connection.run, daemon=True)
     thread.start()
@@ -134,4 +130,3 @@ def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not
     finally:
         connection.stop()
         thread.join(timeout=15)
-        stub.stop()

@@ -19,7 +19,6 @@ from feishu.inbound.longconn import LongConnection
 from feishu.inbound.signing import mention_entry, message_event_payload
 from feishu.models import InboundEvent
 from tests.feishu.conftest import bot_open_id
-from tests.stubs.feishu_ws_server import FeishuWsStub
 from threadcontext.explain import decision_explain_data, decision_explain_text
 from threadcontext.models import ThreadContextDecision, ThreadContextItem, ThreadEvent
 
@@ -126,12 +125,9 @@ def test_o6_an_edit_of_a_recalled_or_unknown_message_is_ignored_with_a_debug_log
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
-def test_o6_edits_over_the_long_connection_start_one_turn(feishu_stub, make_feishu_bot, settings):
+def test_o6_edits_over_the_long_connection_start_one_turn(feishu_stub, ws_stub, long_connection_bot):
     # given a long-connection bot and a message it recorded
-    stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
-    settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
-    bot = make_feishu_bot(feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION, reply_format="text", receipt_emoji="")
-    stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
+    stub, bot = ws_stub, long_connection_bot
     connection = LongConnection(bot=bot)
     thread = threading.Thread(target=connection.run, daemon=True)
     thread.start()
@@ -159,4 +155,3 @@ def test_o6_edits_over_the_long_connection_start_one_turn(feishu_stub, make_feis
     finally:
         connection.stop()
         thread.join(timeout=15)
-        stub.stop()

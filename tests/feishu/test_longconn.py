@@ -20,27 +20,8 @@ from feishu.inbound.supervisor import (
     restart_delay_seconds,
 )
 from feishu.models import FeishuConnection, InboundEvent
-from tests.stubs.feishu_ws_server import FeishuWsStub
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def ws_stub(settings):
-    stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
-    settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
-    yield stub
-    stub.stop()
-
-
-@pytest.fixture
-def long_connection_bot(make_feishu_bot, ws_stub):
-    # Plain replies, no receipt: these tests count intake and replies, one Feishu call per answer.
-    bot = make_feishu_bot(
-        name="Planner", feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION, reply_format="text", receipt_emoji=""
-    )
-    ws_stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
-    return bot
 
 
 @pytest.fixture

@@ -9,14 +9,13 @@ import time
 import pytest
 from django.utils import timezone
 
-from agents.models import Bot, Turn
+from agents.models import Turn
 from feishu.inbound.connection_state import connection_history, connection_state_record
 from feishu.inbound.longconn import EXIT_DEAF, DeafConnectionError, LongConnection
 from feishu.inbound.supervisor import LongConnectionBot, LongConnectionSupervisor, restart_delay_seconds
 from feishu.inbound.watchdog import Verdict, silence_verdict
 from feishu.models import FeishuConnection, InboundEvent
 from tests.feishu.test_longconn import dm_payload
-from tests.stubs.feishu_ws_server import FeishuWsStub
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -25,20 +24,8 @@ SLACK = 1.5  # the watchdog's tick, a ping's write and the state row's write
 
 
 @pytest.fixture
-def ws_stub(settings):
-    stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
-    settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
-    yield stub
-    stub.stop()
-
-
-@pytest.fixture
-def bot(make_feishu_bot, ws_stub):
-    bot = make_feishu_bot(
-        name="Planner", feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION, reply_format="text", receipt_emoji=""
-    )
-    ws_stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
-    return bot
+def bot(long_connection_bot):
+    return long_connection_bot  # the shared fixture (tests/feishu/conftest.py), under this module's shorter name
 
 
 class Running:
