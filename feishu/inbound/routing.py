@@ -13,6 +13,7 @@ from feishu.channel.turn_channel import feishu_turn_start
 from feishu.commands.dispatch import chat_command_handle
 from feishu.discuss.arbitration import at_all_arbitrate
 from feishu.discuss.wake import discuss_wake_schedule, discuss_wakes_absorb, discuss_wakes_forget_message
+from feishu.inbound.catchup import MISSED_TEXT
 from feishu.inbound.chat_mode import chat_mode_annotate
 from feishu.inbound.edits import EVENT_EDITED, IGNORED_EDIT_UNKNOWN, ROUTE_EDITED, inbound_edit_apply
 from feishu.inbound.intake import (
@@ -65,7 +66,7 @@ ROUTE_RECALLED = "recalled"
 ROUTE_HANDOFF = "handoff"  # B1: another hub bot's answer @-mentions this bot
 ROUTE_ADDRESSED_ELSEWHERE = "addressed_elsewhere"  # B4: the message @-mentions other hub bots: theirs, no wake here
 # D2: an addressed message the catch-up read past the answer window: recorded, never answered (its event says so).
-ROUTE_MISSED = "this request arrived while the hub was down and was not answered"
+ROUTE_MISSED = MISSED_TEXT
 IGNORED_UNKNOWN_EVENT = "unknown_event"
 
 # The event types routing handles (the webhook stores exactly these, feishu.inbound.webhook.HANDLED_EVENT_TYPES).
