@@ -6,6 +6,7 @@ redefines it, so every admin test runs as the same kind of user.
 """
 
 import pytest
+from celery._state import _set_task_join_will_block
 from rest_framework.test import APIClient
 
 pytest_plugins = ["tests.isolation"]  # no test leaves a loop, thread, process or environment change behind
@@ -68,6 +69,10 @@ def _celery_eager_unless_real_worker(request):
         yield
     finally:
         app.conf.task_always_eager, app.conf.task_eager_propagates = saved
+        # Celery's eager apply_async sets a process-wide "inside a task" flag around each run and restores the value
+        # it found: two threads running eager tasks at once (the conversation-order and steer tests) can leave it
+        # set, and a later test's `.get()` would refuse to block.
+        _set_task_join_will_block(False)
 
 
 class CeleryWorkerProcess:

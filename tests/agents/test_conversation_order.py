@@ -10,7 +10,6 @@ import threading
 import time
 
 import pytest
-from celery._state import _set_task_join_will_block
 from django.db import connection
 
 from agents.models import Bot, Message, Provider, Turn
@@ -22,15 +21,6 @@ from tests.helpers import wait_for
 from tests.stubs.llm_servers import LLMStubServer, RecordedRequest, StubResponse, openai_chat_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _eager_join_flag_reset():
-    """Celery's eager apply_async sets a process-wide "inside a task" flag around each run and then restores the
-    value it found: two threads running eager tasks at once (this module's point) can leave it set, and a later
-    test's `.get()` would refuse to block. Reset after each test."""
-    yield
-    _set_task_join_will_block(False)
 
 
 # A held answer comes back once the test releases it (at most this long): the in-memory test database (SQLite's

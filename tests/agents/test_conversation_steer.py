@@ -9,7 +9,6 @@ second arrives while the first turn runs and before its tool boundary; the turn'
 import threading
 
 import pytest
-from celery._state import _set_task_join_will_block
 
 from agents.mcp.client import mcp_connections_close_all
 from agents.models import Bot, Message, Turn
@@ -35,7 +34,6 @@ def _isolation(settings):
     settings.AMUX_TOOL_CALL_TIMEOUT_SECONDS = 10.0
     yield
     mcp_connections_close_all()
-    _set_task_join_will_block(False)  # see test_conversation_order: eager tasks in two threads
 
 
 def test_steer_takes_a_message_sent_during_the_turn_into_it_at_the_tool_boundary(llm_stub):

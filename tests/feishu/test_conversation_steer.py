@@ -6,7 +6,6 @@ until the message was handled) reaches the running turn at its tool boundary; on
 import threading
 
 import pytest
-from celery._state import _set_task_join_will_block
 from django.db import connection
 from django.test import Client
 
@@ -32,7 +31,6 @@ def _isolation(settings, mocker):
     mocker.patch("feishu.outbound.client.time.sleep")
     yield
     mcp_connections_close_all()
-    _set_task_join_will_block(False)  # eager tasks in two threads (see tests/agents/test_conversation_order.py)
 
 
 def test_steer_in_a_topic_answers_the_message_sent_during_the_work_in_the_same_reply(
