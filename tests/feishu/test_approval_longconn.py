@@ -12,7 +12,7 @@ from django.utils import timezone
 from agents.models import Thread, ToolApproval, ToolApprovalDecision, Turn
 from tests.agents.factories import ThreadFactory
 from tests.feishu.test_approval_cards import ALICE, MALLORY, card_payload
-from tests.feishu.test_longconn import connect, long_connection_bot, ws_stub  # noqa: F401 - fixtures
+from tests.feishu.test_longconn import connect  # noqa: F401 - a fixture (ws_stub and long_connection_bot: conftest)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
