@@ -10,6 +10,7 @@ their flags, and runs nothing.
 
 import importlib
 import pkgutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,12 +21,15 @@ def bench_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
 
 
+def _first_flag(argv: list[str]) -> int:
+    return next((index for index, arg in enumerate(argv) if arg.startswith("-")), len(argv))
+
+
 def wanted_names(argv: list[str]) -> list[str]:
     """The benches named in argv before its first flag (with or without the bench_ prefix), every bench when none
     is; an unknown name is an error, not a silent run of everything."""
     known = bench_names()
-    leading = next((index for index, arg in enumerate(argv) if arg.startswith("-")), len(argv))
-    named = [f"bench_{arg.removeprefix('bench_')}" for arg in argv[:leading]]
+    named = [f"bench_{arg.removeprefix('bench_')}" for arg in argv[: _first_flag(argv)]]
     unknown = [name for name in named if name not in known]
     if unknown:
         raise SystemExit(
@@ -46,6 +50,13 @@ def main(argv: list[str]) -> None:
     wanted = wanted_names(argv)
     if "--help" in argv or "-h" in argv:
         print(help_text(wanted))
+        return
+    if len(wanted) > 1:
+        # Each bench in an interpreter of its own: most configure Django for a database of their own at import
+        # time, and a second django.setup() in one process would keep the first bench's database.
+        flags = argv[_first_flag(argv) :]
+        for name in wanted:
+            subprocess.run([sys.executable, "-m", "bench", name.removeprefix("bench_"), *flags], check=False)
         return
     for name in wanted:
         print(f"\n=== {name}", flush=True)

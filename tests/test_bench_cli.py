@@ -63,3 +63,20 @@ def test_i28_the_module_entry_point_help_exits_at_once():
         timeout=60,
     )
     assert done.returncode == 0 and "===" in done.stdout, done.stderr
+
+
+def test_i28_several_benches_run_each_in_an_interpreter_of_its_own_with_the_flags(monkeypatch):
+    # given: two benches that each configure Django for a database of their own
+    import bench.__main__ as entry
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(entry.subprocess, "run", lambda command, check: commands.append(command))
+
+    # when
+    main(["deaf", "catchup", "--seconds", "5"])
+
+    # then
+    assert [command[1:] for command in commands] == [
+        ["-m", "bench", "deaf", "--seconds", "5"],
+        ["-m", "bench", "catchup", "--seconds", "5"],
+    ]
