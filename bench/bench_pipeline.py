@@ -23,7 +23,8 @@ over that time when asked for a stream), `--cards` (the bots answer in streaming
 reply is complete when its card is closed). Slow models (issue 28, goal 1):
 `python -m bench pipeline --model-seconds 10 --cards --rates 5,10,20 --seconds 40 --workers 1`; it then also
 reports turns in flight, PostgreSQL connections to the hub's database (open, and not idle) and RSS/PSS of the hub's
-processes, and CPU per message per role (web, worker, turns, beat, postgres). `--floors` first runs
+processes, and CPU per message per role (web, worker, turns, beat, postgres). `--hot-topic 3` adds one topic receiving 3 @-messages per second and reports the latency one turn at a time per
+conversation adds to them (bench/hot_topic.py; issue 22). `--floors` first runs
 `bench floors` in the same run and prints each phase's hub CPU per message as a ratio against the floor of that
 phase's own work (its requests, tasks, statements, model calls and replies per message). With AMUX_BENCH_PYSPY=<path to a py-spy binary> (not a
 requirement: `pip install --target /tmp/pyspy py-spy`), each worker is sampled during every measured phase (only
@@ -48,7 +49,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench import hygiene
+from bench import hot_topic, hygiene
 
 RATES = (5, 20, 50, 100)
 PHASE_SECONDS = 20
@@ -255,6 +256,7 @@ def _env(database_url: str, redis_url: str, feishu_url: str) -> dict[str, str]:
         "FEISHU_DOMAIN": feishu_url,
         # Only this phase's messages: a purged phase's leftovers are never swept back into the next.
         "FEISHU_SWEEP_PENDING_AFTER_SECONDS": "3600",
+        "AMUX_BENCH_HOT_TOPIC": str(hot_topic.hot_rate()),  # the load child builds the hot topic's messages
     }
 
 
@@ -287,15 +289,14 @@ def _wait_for(predicate, what: str, seconds: float = 90) -> None:
 
 # --- load (the second process) ---------------------------------------------------------------------------
 def _messages(setup: dict, rate: int, seconds: int, phase: str) -> list[dict]:
-    """The open-loop mix of one phase, signed and encrypted before the clock starts."""
-    from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
-
+    """The open-loop mix of one phase (and the hot topic's messages, `--hot-topic`), each with the second of the
+    phase it is posted at, signed and encrypted before the clock starts."""
     mention_groups = [group for group in setup["groups"] if not group["discuss"]]
     discuss_groups = [group for group in setup["groups"] if group["discuss"]]
     opened: list[tuple[dict, str]] = []
     items = []
     for index in range(rate * seconds):
-        slot, message_id = index % 20, f"om_{phase}_{index}"
+        slot, message_id, at = index % 20, f"om_{phase}_{index}", index / rate
         where: dict = {}
         if slot < 10 or (slot < 13 and not opened):
             kind, group = "mention", mention_groups[index % len(mention_groups)]
@@ -313,37 +314,61 @@ def _messages(setup: dict, rate: int, seconds: int, phase: str) -> list[dict]:
                 {
                     "kind": "rest",
                     "id": message_id,
+                    "at": at,
                     "url": f"/api/v1/threads/{bot['rest_thread']}/messages/",
                     "body": json.dumps({"content": f"rest question {index}"}),
                     "headers": {"Authorization": f"Token {setup['token']}", "Content-Type": "application/json"},
                 }
             )
             continue
-        bot = setup["bots"][group["bot"]]
         addressed = kind in ("mention", "topic")
-        payload = message_event_payload(
-            verification_token=bot["token"],
-            app_id=bot["app_id"],
-            message_id=message_id,
-            chat_id=group["chat_id"],
-            text=("@_user_1 " if addressed else "") + f"question {index} about the release",
-            sender_open_id=f"ou_user_{index % 30}",
-            mentions=[mention_entry(index=1, open_id=bot["open_id"], name="Bench")] if addressed else [],
-            **where,
-        )
-        signed = event_request_build(payload=payload, encrypt_key=bot["key"])
-        items.append(
-            {
-                "kind": kind,
-                "id": message_id,
-                "url": f"/feishu/webhook/{bot['slug']}/",
-                "body": signed.body.decode(),
-                "headers": signed.headers,
-            }
-        )
+        text = f"question {index} about the release"
+        items.append(_feishu_item(setup, group, kind, message_id, at, text, addressed=addressed, where=where))
         if kind == "mention":
             opened.append((group, message_id))
+    if hot_topic.hot_rate():
+        items += _hot_topic_items(setup, mention_groups[0], seconds, phase)
+    return sorted(items, key=lambda item: item["at"])
+
+
+def _hot_topic_items(setup: dict, group: dict, seconds: int, phase: str) -> list[dict]:
+    """`--hot-topic N`: an @ opening a topic at the phase's start, then N @-messages per second in that topic."""
+    root = hot_topic.hot_root_id(phase)
+    where = {"root_id": root, "parent_id": root, "thread_id": f"omt_{root}"}
+    items = [_feishu_item(setup, group, "hotroot", root, 0.0, "a topic that gets busy", addressed=True, where={})]
+    for index, at in enumerate(hot_topic.hot_schedule(hot_topic.hot_rate(), seconds)):
+        message_id, text = hot_topic.hot_message_id(phase, index), f"and one more thing, number {index}"
+        items.append(_feishu_item(setup, group, "hot", message_id, at, text, addressed=True, where=where))
     return items
+
+
+def _feishu_item(
+    setup: dict, group: dict, kind: str, message_id: str, at: float, text: str, *, addressed: bool, where: dict
+) -> dict:
+    """One message to the group's bot as Feishu would post it to the webhook: signed, encrypted."""
+    from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
+
+    bot = setup["bots"][group["bot"]]
+    sender = sum(map(ord, message_id)) % 30
+    payload = message_event_payload(
+        verification_token=bot["token"],
+        app_id=bot["app_id"],
+        message_id=message_id,
+        chat_id=group["chat_id"],
+        text=("@_user_1 " if addressed else "") + text,
+        sender_open_id=f"ou_user_{sender}",
+        mentions=[mention_entry(index=1, open_id=bot["open_id"], name="Bench")] if addressed else [],
+        **where,
+    )
+    signed = event_request_build(payload=payload, encrypt_key=bot["key"])
+    return {
+        "kind": kind,
+        "id": message_id,
+        "at": at,
+        "url": f"/feishu/webhook/{bot['slug']}/",
+        "body": signed.body.decode(),
+        "headers": signed.headers,
+    }
 
 
 def _load(base: str, setup_file: str, rate: int, seconds: int, phase: str, out_file: str) -> None:
@@ -371,8 +396,8 @@ def _load(base: str, setup_file: str, rate: int, seconds: int, phase: str, out_f
     started = time.monotonic()
     futures = []
     with ThreadPoolExecutor(max_workers=64) as pool:
-        for index, item in enumerate(items):
-            delay = started + index / rate - time.monotonic()
+        for item in items:
+            delay = started + item["at"] - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             futures.append(pool.submit(post, item))
@@ -577,6 +602,11 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
     sampler.sample()
     cpu_after, scans_after = sampler.cpu_by_group(), sampler.seq_scans()
     profile = _profile_report(recorders) if recorders else ""
+    hot_turns = sampler.db.execute(
+        "SELECT id, source_message_id, status, channel_state -> 'collected' FROM agents_turn"
+        " WHERE source_message_id LIKE %s",
+        (f"om_{phase}_{hot_topic.HOT_PREFIX}%",),
+    ).fetchall()
     left = _purge(context)
     counts = {key.decode(): int(value) for key, value in redis_client.hgetall(QUERY_COUNTS_KEY).items()}
     posts = load["posts"]
@@ -593,6 +623,10 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
         "scans": {t: scans_after.get(t, 0) - scans_before.get(t, 0) for t in scans_after},
         "queries": counts,
         "profile": profile,
+        "hot_turns": [
+            (turn_id, source, status, [int(c) for c in collected or []])
+            for turn_id, source, status, collected in hot_turns
+        ],
     }
 
 
@@ -880,6 +914,15 @@ def run() -> None:
                 answered = sum(1 for post in result["posts"] if post["id"] in answers["replies"])
                 if floors:
                     print(_floor_line(result, floors, answered), flush=True)
+                hot = hot_topic.hot_line(
+                    posts=result["posts"],
+                    turns=result["hot_turns"],
+                    replies=answers["replies"],
+                    reply_counts=answers["reply_counts"],
+                    model_seconds=_model_seconds(),
+                )
+                if hot:
+                    print(hot, flush=True)
                 print(f"  load average now {load[0]:.1f}; model calls so far {answers['llm_calls']}", flush=True)
             for process in started:
                 _stop(process)
