@@ -50,6 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench import hot_topic, hygiene
+from bench.answers import answered_at, percentile
 
 RATES = (5, 20, 50, 100)
 PHASE_SECONDS = 20
@@ -78,6 +79,18 @@ def _flag(name: str, default: str) -> str:
 def _model_seconds() -> float:
     """How long the model stub takes per answer (`--model-seconds`, also read by the stubs' child)."""
     return float(os.environ.get("AMUX_BENCH_MODEL_SECONDS") or _flag("--model-seconds", str(MODEL_LATENCY_SECONDS)))
+
+
+def _groups() -> int:
+    """`--groups N`: the bench's groups (every DISCUSS_EVERY-th a discuss group). One turn runs at a time per
+    conversation (issue 22), so a slow model needs at least rate x model seconds conversations to keep its turns
+    in flight: `--model-seconds 10 --rates 20` wants `--groups 500`."""
+    return int(_flag("--groups", str(GROUPS)))
+
+
+def _rest_threads() -> int:
+    """REST threads per bot, as many as each bot has groups: the REST posts spread like the group messages."""
+    return max(1, _groups() // BOTS)
 
 
 def _cards() -> bool:
@@ -230,9 +243,10 @@ for index in range(bots):
         feishu_verification_token=f"token-{index}", feishu_bot_open_id=f"ou_bench_{index}",
         reply_format=reply_format, receipt_emoji="", discuss_probe_mode="model", discuss_probe_model=judge,
         probe_debounce_initial_ms=500, probe_debounce_max_ms=2000)
-    rest = Thread.objects.create(bot=bot, runtime_mode="chat", channel="rest", title="bench")
+    rest = [Thread.objects.create(bot=bot, runtime_mode="chat", channel="rest", title=f"bench {n}").pk
+        for n in range(int(sys.argv[6]))]
     out["bots"].append({"slug": bot.slug, "app_id": bot.feishu_app_id, "key": key, "token": f"token-{index}",
-        "open_id": bot.feishu_bot_open_id, "rest_thread": rest.pk})
+        "open_id": bot.feishu_bot_open_id, "rest_threads": rest})
 for index in range(groups):
     discuss = index % int(sys.argv[4]) == int(sys.argv[4]) - 1
     Workspace.objects.create(bot_profile=f"bench-{index % bots}", chat_id=f"oc_bench_{index}", chat_mode="group",
@@ -306,7 +320,8 @@ def _messages(setup: dict, rate: int, seconds: int, phase: str) -> list[dict]:
         elif slot < 16:
             kind, group = "discuss", discuss_groups[index % len(discuss_groups)]
         elif slot < 18:
-            kind, group = "dm", {"chat_id": f"oc_dm_{phase}_{index % 40}", "bot": index % BOTS}
+            dm_chat = f"oc_dm_{phase}_{index % len(setup['groups'])}"
+            kind, group = "dm", {"chat_id": dm_chat, "bot": index % BOTS}
             where = {"chat_type": "p2p"}
         else:
             bot = setup["bots"][index % BOTS]
@@ -315,7 +330,7 @@ def _messages(setup: dict, rate: int, seconds: int, phase: str) -> list[dict]:
                     "kind": "rest",
                     "id": message_id,
                     "at": at,
-                    "url": f"/api/v1/threads/{bot['rest_thread']}/messages/",
+                    "url": f"/api/v1/threads/{bot['rest_threads'][index // BOTS % len(bot['rest_threads'])]}/messages/",
                     "body": json.dumps({"content": f"rest question {index}"}),
                     "headers": {"Authorization": f"Token {setup['token']}", "Content-Type": "application/json"},
                 }
@@ -563,11 +578,6 @@ def _profile_report(recorders: list[tuple[subprocess.Popen, Path]], top: int = 2
     return f"  profile ({total} GIL samples at 100/s), self:\n{ranked(self_counts)}\n  inclusive:\n{ranked(inclusive)}"
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else float("nan")
-
-
 def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
     sampler, redis_client = context["sampler"], context["sampler"].redis
     redis_client.delete(QUERY_COUNTS_KEY)
@@ -602,10 +612,11 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
     sampler.sample()
     cpu_after, scans_after = sampler.cpu_by_group(), sampler.seq_scans()
     profile = _profile_report(recorders) if recorders else ""
-    hot_turns = sampler.db.execute(
+    # Every turn of the phase's messages, to credit a message collected into another turn with that turn's reply.
+    turns = sampler.db.execute(
         "SELECT id, source_message_id, status, channel_state -> 'collected' FROM agents_turn"
         " WHERE source_message_id LIKE %s",
-        (f"om_{phase}_{hot_topic.HOT_PREFIX}%",),
+        (f"om_{phase}_%",),
     ).fetchall()
     left = _purge(context)
     counts = {key.decode(): int(value) for key, value in redis_client.hgetall(QUERY_COUNTS_KEY).items()}
@@ -623,9 +634,8 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
         "scans": {t: scans_after.get(t, 0) - scans_before.get(t, 0) for t in scans_after},
         "queries": counts,
         "profile": profile,
-        "hot_turns": [
-            (turn_id, source, status, [int(c) for c in collected or []])
-            for turn_id, source, status, collected in hot_turns
+        "turns": [
+            (turn_id, source, status, [int(c) for c in collected or []]) for turn_id, source, status, collected in turns
         ],
     }
 
@@ -719,7 +729,8 @@ def _report(result: dict, replies: dict[str, float], layout: str) -> str:
         f"{layout}; model {_model_seconds():g} s{' streamed into cards' if _cards() else ''}; "
         f"offered {rate}/s for {result['elapsed']:.0f} s: "
         f"{count} messages ({sum(1 for p in posts if p['status'] != 200 and p['status'] != 202)} non-2xx), "
-        f"{answered}/{len(expected)} replies at the stub ({within / max(result['elapsed'], 1):.1f}/s during the load)",
+        f"{answered}/{len(expected)} answered at the stub ({within / max(result['elapsed'], 1):.1f}/s during the load; "
+        "a message collected into another turn counts when that turn's reply arrives)",
         f"  backlog (queues + pending rows): max {max(during)}, last third minus first third {growth:+.0f}; "
         + (f"drained {result['drained_after']:.1f} s after the load" if result["drained_after"] is not None else "")
         + (f"NOT drained within {_drain_seconds():.0f} s ({result['left']} rows purged)" if result["left"] else "")
@@ -730,13 +741,13 @@ def _report(result: dict, replies: dict[str, float], layout: str) -> str:
         "(web, workers, beat; RSS counts pages shared by fork in each process, PSS once)",
         "  overhead (webhook -> reply at the stub - model latency) p50/p99 s: "
         + "  ".join(
-            f"{kind} {statistics.median(values):.2f}/{_percentile(values, 0.99):.2f}"
+            f"{kind} {statistics.median(values):.2f}/{percentile(values, 0.99):.2f}"
             for kind, values in overheads.items()
             if values
         )
-        + (f"  all {statistics.median(every):.2f}/{_percentile(every, 0.99):.2f}" if every else ""),
+        + (f"  all {statistics.median(every):.2f}/{percentile(every, 0.99):.2f}" if every else ""),
         f"  webhook ack p50/p99 ms: {1000 * statistics.median(p['ack'] for p in posts):.0f}/"
-        f"{1000 * _percentile([p['ack'] for p in posts], 0.99):.0f};  CPU ms per message: {cpu}",
+        f"{1000 * percentile([p['ack'] for p in posts], 0.99):.0f};  CPU ms per message: {cpu}",
         "  statements per task (outcome: tasks, per task): "
         + "  ".join(
             f"{key[: -len(':tasks')]}: {n}, {result['queries'].get(key[: -len(':tasks')] + ':queries', 0) / n:.1f}"
@@ -784,8 +795,8 @@ def hub(suffix: str) -> Iterator[dict | None]:
         ports = json.loads(Path(tmp, "ports.json").read_text())
         env = _env(database_url, redis_url, ports["feishu"])
         setup = subprocess.run(
-            [sys.executable, "-c", PREPARE, ports["llm"], str(BOTS), str(GROUPS), str(DISCUSS_EVERY)]
-            + ["markdown_card" if _cards() else "text"],
+            [sys.executable, "-c", PREPARE, ports["llm"], str(BOTS), str(_groups()), str(DISCUSS_EVERY)]
+            + ["markdown_card" if _cards() else "text", str(_rest_threads())],
             env=env,
             cwd=ROOT,
             check=True,
@@ -910,13 +921,14 @@ def run() -> None:
                 result = _phase(context, rate, seconds, f"w{workers}r{rate}")
                 answers = _replies(context["tmp"], context["stubs"])
                 load = os.getloadavg()
-                print(_report(result, answers["replies"], _layout_text(workers, layout)), flush=True)
+                answered_by = answered_at(result["turns"], answers["replies"])
+                print(_report(result, answered_by, _layout_text(workers, layout)), flush=True)
                 answered = sum(1 for post in result["posts"] if post["id"] in answers["replies"])
                 if floors:
                     print(_floor_line(result, floors, answered), flush=True)
                 hot = hot_topic.hot_line(
                     posts=result["posts"],
-                    turns=result["hot_turns"],
+                    turns=result["turns"],
                     replies=answers["replies"],
                     reply_counts=answers["reply_counts"],
                     model_seconds=_model_seconds(),

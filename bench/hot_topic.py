@@ -14,6 +14,8 @@ import os
 import statistics
 import sys
 
+from bench.answers import answered_at, percentile
+
 HOT_PREFIX = "hot"
 
 
@@ -39,22 +41,6 @@ def hot_root_id(phase: str) -> str:
     return f"om_{phase}_{HOT_PREFIX}root"
 
 
-def answered_at(turns: list[tuple[int, str, str, list | None]], replies: dict[str, float]) -> dict[str, float]:
-    """{message id: when the reply that answered it reached the stub}. `turns` are (id, source message id, status,
-    the ids of the turns it collected); a collected turn is skipped and answered by the turn that collected it."""
-    source_of = {turn_id: source for turn_id, source, _, _ in turns}
-    answered: dict[str, float] = {}
-    for _, source, status, collected in turns:
-        if status == "skipped":
-            continue
-        group = [source] + [source_of[turn_id] for turn_id in collected or [] if turn_id in source_of]
-        at = next((replies[message] for message in reversed(group) if message in replies), None)
-        if at is not None:
-            for message in group:
-                answered[message] = at
-    return answered
-
-
 def hot_line(
     *,
     posts: list[dict],
@@ -67,12 +53,13 @@ def hot_line(
     hot = [post for post in posts if post["kind"] == "hot"]
     if not hot:
         return ""
+    turns = [turn for turn in turns if _is_hot(turn[1])]
     answered = answered_at(turns, replies)
     overheads = [answered[post["id"]] - post["sent"] - model_seconds for post in hot if post["id"] in answered]
     answering = sum(1 for _, source, status, _ in turns if status != "skipped" and source in replies)
-    doubled = sum(count - 1 for message, count in reply_counts.items() if HOT_PREFIX in message and count > 1)
+    doubled = sum(count - 1 for message, count in reply_counts.items() if _is_hot(message) and count > 1)
     latency = (
-        f"p50 {statistics.median(overheads):.2f} s / p99 {_percentile(overheads, 0.99):.2f} s" if overheads else "none"
+        f"p50 {statistics.median(overheads):.2f} s / p99 {percentile(overheads, 0.99):.2f} s" if overheads else "none"
     )
     return (
         f"  hot topic ({hot_rate():g} @/s into one topic, queue mode collect): {len(hot)} messages answered by "
@@ -82,6 +69,6 @@ def hot_line(
     )
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+def _is_hot(message_id: str) -> bool:
+    """A message of the hot topic after its root (the root opened the topic: it is not one of the N per second)."""
+    return f"_{HOT_PREFIX}" in message_id and not message_id.endswith(f"{HOT_PREFIX}root")

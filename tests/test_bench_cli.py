@@ -84,7 +84,7 @@ def test_i28_several_benches_run_each_in_an_interpreter_of_its_own_with_the_flag
 
 def test_i22_a_hot_topic_message_collected_into_a_turn_is_answered_when_that_turn_replies():
     # given: turn 1 answered its own message; turn 3 collected turn 2 and replied to the newest (turn 3's message)
-    from bench.hot_topic import answered_at
+    from bench.answers import answered_at
 
     turns = [(1, "om_hot0", "delivered", []), (2, "om_hot1", "skipped", None), (3, "om_hot2", "delivered", [2])]
     replies = {"om_hot0": 10.0, "om_hot2": 12.5}
