@@ -18,6 +18,17 @@ def answered_at(turns: list[tuple[int, str, str, list | None]], replies: dict[st
     return answered
 
 
+def phase_turns(db, *, prefix: str) -> list[tuple[int, str, str, list[int]]]:
+    """(id, source message id, status, collected turn ids) of every turn whose message id starts with `prefix`,
+    read over the bench's own psycopg connection."""
+    rows = db.execute(
+        "SELECT id, source_message_id, status, channel_state -> 'collected' FROM agents_turn"
+        " WHERE source_message_id LIKE %s",
+        (f"{prefix}%",),
+    ).fetchall()
+    return [(turn_id, source, status, [int(c) for c in collected or []]) for turn_id, source, status, collected in rows]
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else float("nan")

@@ -50,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench import hot_topic, hygiene
-from bench.answers import answered_at, percentile
+from bench.answers import answered_at, percentile, phase_turns
 
 RATES = (5, 20, 50, 100)
 PHASE_SECONDS = 20
@@ -613,11 +613,7 @@ def _phase(context: dict, rate: int, seconds: int, phase: str) -> dict:
     cpu_after, scans_after = sampler.cpu_by_group(), sampler.seq_scans()
     profile = _profile_report(recorders) if recorders else ""
     # Every turn of the phase's messages, to credit a message collected into another turn with that turn's reply.
-    turns = sampler.db.execute(
-        "SELECT id, source_message_id, status, channel_state -> 'collected' FROM agents_turn"
-        " WHERE source_message_id LIKE %s",
-        (f"om_{phase}_%",),
-    ).fetchall()
+    turns = phase_turns(sampler.db, prefix=f"om_{phase}_")
     left = _purge(context)
     counts = {key.decode(): int(value) for key, value in redis_client.hgetall(QUERY_COUNTS_KEY).items()}
     posts = load["posts"]

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from bench import bench_pipeline as pipeline
+from bench.answers import answered_at, percentile, phase_turns
 
 MINUTES = 30.0
 RATE = 10
@@ -125,6 +126,8 @@ def run() -> None:
         load = json.loads(out_file.read_text())
         answers = pipeline._replies(context["tmp"], context["stubs"])
         turns = dict(sampler.db.execute("SELECT status, count(*) FROM agents_turn GROUP BY status").fetchall())
+        # A message collected into another turn (queue mode collect) is answered by that turn's reply.
+        answers["replies"] = answered_at(phase_turns(sampler.db, prefix="om_soak_"), answers["replies"])
         sampler.stopping.set()
         print(_report(load, answers, sampler, turns, load_end, drained_after, model_seconds), flush=True)
 
@@ -137,7 +140,7 @@ def _report(load, answers, sampler, turns, load_end, drained_after, model_second
     window = min(WINDOW_SECONDS, (load_end - warm) / 2)
     first = _overheads(posts, replies, model_seconds, warm, warm + window)
     last = _overheads(posts, replies, model_seconds, load_end - window, load_end)
-    p99_first, p99_last = pipeline._percentile(first, 0.99), pipeline._percentile(last, 0.99)
+    p99_first, p99_last = percentile(first, 0.99), percentile(last, 0.99)
     addressed = [post for post in posts if post["kind"] in ("mention", "topic", "dm")]
     lost = [post["id"] for post in addressed if post["id"] not in replies]
     duplicated = {parent: n for parent, n in counts.items() if n > 1}
@@ -158,7 +161,8 @@ def _report(load, answers, sampler, turns, load_end, drained_after, model_second
         f"  overhead p99 first {window:.0f} s after warm-up {p99_first:.2f} s, last {window:.0f} s {p99_last:.2f} s: "
         f"{p99_last / p99_first if p99_first > 0 else float('nan'):.2f}x (goal <= 1.2x); p50 overall "
         f"{statistics.median(first + last) if first + last else float('nan'):.2f} s",
-        f"  lost: {len(lost)} of {len(addressed)} addressed Feishu messages without a reply"
+        f"  lost: {len(lost)} of {len(addressed)} addressed Feishu messages without a reply (of their own or of the turn"
+        " that collected them)"
         + (f" (e.g. {', '.join(lost[:3])})" if lost else "")
         + f"; {unfinished} turns not delivered (REST included: {rest_posts} posts); duplicated: {len(duplicated)} "
         f"with more than one reply; turns by status {turns}",
