@@ -375,7 +375,9 @@ def _feishu_item(
         mentions=[mention_entry(index=1, open_id=bot["open_id"], name="Bench")] if addressed else [],
         **where,
     )
-    signed = event_request_build(payload=payload, encrypt_key=bot["key"])
+    # Stamped with the second it will be posted at, not now: a long run (the soak) posts its last messages far
+    # beyond the webhook's max age, and the hub rightly refuses a stale stamp.
+    signed = event_request_build(payload=payload, encrypt_key=bot["key"], timestamp=int(time.time() + at))
     return {
         "kind": kind,
         "id": message_id,
