@@ -1,6 +1,7 @@
 """D2 (partial): the admin's "catch up" reads a group's messages with im.v1.message.list (the real lark-oapi client
 against the Feishu stub) and stores what the hub missed through the same intake: each message once, even when
-Feishu's retry delivers it too; a recent @ is answered once, an older one is recorded as missed."""
+Feishu's retry delivers it too; a recent @ is answered once, an older one is recorded as missed. A long connection
+back after a gap catches up from where the gap began, though it stores new events before a worker takes the task."""
 
 import threading
 import time

@@ -1,6 +1,8 @@
 """D2, the rest (issue 23b): a hub start after an outage catches up once (the worker_ready signal, the heartbeat
 row's conditional claim), DMs are read too, a missed request says so in explain, and the reads take the send
-budget's app share. Each through the real path: lark-oapi's client against the Feishu REST stub."""
+budget's app share. After a webhook outage, Feishu's retries arriving between the catch-up's pages, or stored by
+the web before the worker starts, leave every message stored once and each recent @ answered once. Each through
+the real path: lark-oapi's client against the Feishu REST stub."""
 
 import time
 from collections import Counter
@@ -8,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from celery.signals import worker_ready
+from django.db import connection
 from django.test import TestCase
 from django.urls import reverse
 from django.utils import timezone
@@ -212,22 +215,26 @@ def test_d2_after_a_webhook_outage_feishu_retries_arriving_during_the_catch_up_a
     # and Feishu's retries (twice each) of messages on both pages arrive while the catch-up asks for page two:
     # the catch-up stored the first page's already, not yet the second's
     retried = ["om_gap_00", "om_gap_03", "om_gap_10", "om_gap_52", "om_gap_54"]
+    statuses: list[int] = []  # the webhook's answer to each retry
 
     def retries_arrive(request) -> None:
         if request.query.get("page_token") != ["50"]:
             return
-        for message_id in retried * 2:
-            mentioned = message_id in recent_ats or message_id == "om_gap_00"
-            response, _ = feishu.say(
-                bot,
-                text="retried",
-                chat_id=GROUP,
-                message_id=message_id,
-                mention=[bot] if mentioned else None,
-                sender="ou_bob",
-                event_id=f"evt_{message_id}",
-            )
-            assert response.status_code == 200
+        try:
+            for message_id in retried * 2:
+                mentioned = message_id in recent_ats or message_id == "om_gap_00"
+                response, _ = feishu.say(
+                    bot,
+                    text="retried",
+                    chat_id=GROUP,
+                    message_id=message_id,
+                    mention=[bot] if mentioned else None,
+                    sender="ou_bob",
+                    event_id=f"evt_{message_id}",
+                )
+                statuses.append(response.status_code)
+        finally:
+            connection.close()  # this thread's (the stub's handler): the test database is dropped after the test
 
     feishu.stub.on_list = retries_arrive
 
@@ -237,6 +244,7 @@ def test_d2_after_a_webhook_outage_feishu_retries_arriving_during_the_catch_up_a
     # then both pages were read with the retries in between, every message is stored once, each recent @ answered
     # once, and the old @ stays recorded as missed, unanswered, though Feishu retried it
     assert [r.query.get("page_token") for r in feishu.stub.requests_to("list")] == [None, ["50"]]
+    assert statuses == [200] * len(retried) * 2
     stored = Counter(InboundEvent.objects.filter(bot=bot).values_list("message_id", flat=True))
     assert stored == Counter(["om_before", *(f"om_gap_{index:02d}" for index in range(55))])
     assert sorted(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == sorted(recent_ats)
