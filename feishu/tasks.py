@@ -6,7 +6,7 @@ task, so that this module imports none of ours at its top and every service may 
 (the accepted task↔service pattern, ARCHITECTURE §11.0).
 """
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from celery import shared_task
 
@@ -86,10 +86,13 @@ def feishu_credentials_verify_all_task() -> int:
 
 
 @shared_task(name="feishu.tasks.catchup_run")
-def catchup_run(bot_pk: int) -> int:
-    # Inside the task: this module stays a leaf (the long connection imports it to enqueue this task).
+def catchup_run(bot_pk: int, since_ms: int | None = None) -> int:
+    # Inside the task: this module stays a leaf (feishu.inbound.catchup imports it to enqueue this task).
     from agents.models import Bot
     from feishu.inbound.catchup import catchup_run as run
 
     bot = Bot.objects.filter(pk=bot_pk, is_enabled=True).first()
-    return run(bot=bot).stored if bot is not None else 0
+    # `since_ms`: where the trigger said to start reading (feishu.inbound.catchup.catchup_enqueue); None: from
+    # where the bot's stored messages end when this runs.
+    since = datetime.fromtimestamp(since_ms / 1000, tz=UTC) if since_ms is not None else None
+    return run(bot=bot, since=since).stored if bot is not None else 0

@@ -12,10 +12,15 @@ Triggers: the bot page's "catch up" action; a long connection back after a gap (
 feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects); a worker starting after the hub
 was down longer than AMUX_BACKFILL_AFTER_SECONDS (feishu.inbound.hub_start). Topic replies are read with their
 group's chat container; topics are not read as containers of their own.
+
+Where the reading starts is fixed when the trigger fires (`catchup_enqueue`), not when the task runs: the intake
+is back by then, and a message it stores before a worker takes the task (a new one, or a Feishu retry) would move
+"the newest stored" past the gap, which would then never be read.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -24,9 +29,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from agents.models import Bot
+from feishu import tasks as feishu_tasks
 
 # The module, not its name: it is lazy (lark-oapi), and the admin imports this module at startup.
 from feishu.inbound import webhook as feishu_webhook
@@ -124,11 +131,30 @@ def _newest_stored_message_at(*, bot: Bot, now: datetime) -> datetime:
     return datetime.fromtimestamp(max(stamps) / 1000, tz=UTC) if stamps else now - CATCHUP_LOOKBACK
 
 
-def catchup_run(*, bot: Bot) -> CatchupResult:
-    """Read and store what the bot missed in its active groups (see the module docstring)."""
+def catchup_since(*, bot: Bot, now: datetime | None = None) -> datetime:
+    """Where a catch-up of the bot starts reading now: when the newest message it stored was sent (at most the
+    lookback back)."""
+    now = now or timezone.now()
+    return max(_newest_stored_message_at(bot=bot, now=now), now - CATCHUP_LOOKBACK)
+
+
+def catchup_enqueue(*, bot: Bot, gap_started: datetime | None = None) -> datetime:
+    """Enqueue the bot's catch-up (on commit), reading from where its stored messages end now, or from
+    `gap_started` when that is earlier (see the module docstring: fixed now, not when a worker runs it)."""
+    since = catchup_since(bot=bot)
+    if gap_started is not None:
+        since = min(since, gap_started)
+    since_ms = int(since.timestamp() * 1000)
+    transaction.on_commit(functools.partial(feishu_tasks.catchup_run.delay, bot_pk=bot.pk, since_ms=since_ms))
+    return since
+
+
+def catchup_run(*, bot: Bot, since: datetime | None = None) -> CatchupResult:
+    """Read and store what the bot missed in its active groups since `since` (default: `catchup_since` now; at
+    most the lookback back); see the module docstring."""
     started = time.perf_counter()
     now = timezone.now()
-    since = max(_newest_stored_message_at(bot=bot, now=now), now - CATCHUP_LOOKBACK)
+    since = catchup_since(bot=bot, now=now) if since is None else max(since, now - CATCHUP_LOOKBACK)
     window_ms = settings.AMUX_BACKFILL_ANSWER_WINDOW_SECONDS * 1000
     now_ms = int(now.timestamp() * 1000)
     chats = _active_chats(bot=bot, since=now - CATCHUP_LOOKBACK)

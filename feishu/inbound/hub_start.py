@@ -6,12 +6,12 @@ every 30 s, run by a worker) stamps it, so it says when a worker last did work. 
 ready (`worker_ready`, once per worker process start), compares the stamp with now. A gap beyond the bound makes
 it claim the catch-up by moving the stamp with a conditional UPDATE (`alive_at` still equal to what it read):
 of several workers starting together exactly one UPDATE changes the row, and only that worker enqueues
-`feishu.tasks.catchup_run` once per enabled Feishu bot. A worker that restarts while the others keep the stamp
-fresh finds no gap and enqueues nothing. The very first start (no row yet) writes the row and catches up with
+`feishu.tasks.catchup_run` once per enabled Feishu bot, reading from the stamp it read (or earlier, where the
+bot's stored messages end): the web, back first, may have stored Feishu's retries of messages said late in the
+gap already. A worker that restarts while the others keep the stamp fresh finds no gap and enqueues nothing. The very first start (no row yet) writes the row and catches up with
 nothing: there is no earlier hub to have missed anything.
 """
 
-import functools
 import logging
 from datetime import datetime
 
@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu import tasks as feishu_tasks
+from feishu.inbound.catchup import catchup_enqueue
 from feishu.models import HubHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ def hub_start_catchup(*, now: datetime | None = None) -> int:
         return 0
     bots = catchup_bots()
     for bot in bots:
-        transaction.on_commit(functools.partial(feishu_tasks.catchup_run.delay, bot_pk=bot.pk))
+        # From the last stamp before the gap at the latest: the web may be storing Feishu's retries already.
+        catchup_enqueue(bot=bot, gap_started=seen)
     logger.info("hub started after a gap, catching up", extra={"gap_seconds": round(gap), "bots": len(bots)})
     return len(bots)

@@ -34,9 +34,9 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu import tasks as feishu_tasks
 from feishu.channel.approvals import card_action_answer
 from feishu.inbound.card_actions import card_press_answer
+from feishu.inbound.catchup import catchup_enqueue
 from feishu.inbound.connection_state import connection_state_record
 from feishu.inbound.watchdog import Verdict, silence_seconds_bound, silence_verdict, tick_seconds
 from feishu.inbound.webhook import captured_event_prepare, captured_event_store, event_app_matches, event_handler_build
@@ -194,7 +194,9 @@ class LongConnection:
         )
         self._has_connected = True
         if back:  # what Feishu pushed meanwhile is gone (no redelivery here): catch up with it (D2)
-            self._in_db_thread(feishu_tasks.catchup_run.delay, bot_pk=self.bot.pk)
+            # In the database thread before any frame of this connection is stored (it runs them in order): the
+            # catch-up reads from where the stored messages end now, not where they end when a worker takes it.
+            self._in_db_thread(catchup_enqueue, bot=self.bot)
 
     def _reconnecting(self) -> None:
         logger.warning("feishu long connection lost; reconnecting", extra={"bot": self.bot.slug})

@@ -243,6 +243,7 @@ class FaultBot:
     bot_id: int
     slug: str
     app_id: str
+    app_secret: str
     encrypt_key: str
     verification_token: str
 
@@ -397,28 +398,39 @@ def fault_hub():
         print(f"fault suite logs: {hub.logs}")
 
 
-@pytest.fixture
-def fault_bot(fault_hub) -> FaultBot:
-    """A bot of this test's own in the hub's database; the stubs' fault controls back at rest."""
-    fault_hub.feishu.send_answer_delay_seconds = 0.0
-    fault_hub.llm.respond_with("openai_chat", None)
+def fault_bot_seed(hub: Hub, **settings: str) -> FaultBot:
+    """A bot of the calling test's own in the hub's database (tests.faults.seed; `settings`: its other fields)."""
     suffix = secrets.token_hex(3)
     fields = {
         "slug": f"faults-{suffix}",
-        "llm_base_url": fault_hub.llm.url("/v1"),
+        "llm_base_url": hub.llm.url("/v1"),
         "app_id": f"cli_faults_{suffix}",
         "app_secret": f"app-secret-{suffix}",
         "encrypt_key": f"encrypt-key-{suffix}",
         "token": f"verification-token-{suffix}",
+        **settings,
     }
-    created = json.loads(fault_hub.run_python("-m", "tests.faults.seed", json.dumps(fields)).strip().splitlines()[-1])
+    created = json.loads(hub.run_python("-m", "tests.faults.seed", json.dumps(fields)).strip().splitlines()[-1])
     return FaultBot(
         bot_id=created["bot_id"],
         slug=fields["slug"],
         app_id=fields["app_id"],
+        app_secret=fields["app_secret"],
         encrypt_key=fields["encrypt_key"],
         verification_token=fields["token"],
     )
+
+
+def fault_stubs_at_rest(hub: Hub) -> None:
+    hub.feishu.send_answer_delay_seconds = 0.0
+    hub.llm.respond_with("openai_chat", None)
+
+
+@pytest.fixture
+def fault_bot(fault_hub) -> FaultBot:
+    """A bot of this test's own in the hub's database; the stubs' fault controls back at rest."""
+    fault_stubs_at_rest(fault_hub)
+    return fault_bot_seed(fault_hub)
 
 
 @pytest.fixture

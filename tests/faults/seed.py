@@ -1,7 +1,8 @@
 """`python -m tests.faults.seed '<json>'`: the fault suite's bot in the suite's own database (run as a hub process).
 
 The bot answers through the real OpenAI SDK at the LLM stub and replies through lark-oapi at the Feishu stub; its
-keys come from the test, which signs and encrypts the events it posts with them. Prints the bot's id.
+keys come from the test, which signs and encrypts the events it posts with them (a long-connection bot's events
+come through `manage.py feishu_connect` from the long-connection stub instead). Prints the bot's id.
 """
 
 import json
@@ -17,7 +18,15 @@ from agents.models import Bot, LLMModel, Provider  # noqa: E402
 
 
 def fault_bot_create(
-    *, slug: str, llm_base_url: str, app_id: str, app_secret: str, encrypt_key: str, token: str
+    *,
+    slug: str,
+    llm_base_url: str,
+    app_id: str,
+    app_secret: str,
+    encrypt_key: str,
+    token: str,
+    event_mode: str = Bot.FeishuEventMode.WEBHOOK,
+    queue_mode: str = Bot.QueueMode.COLLECT,
 ) -> Bot:
     owner, _ = get_user_model().objects.get_or_create(username="faults-owner")
     provider = Provider.objects.create(
@@ -39,6 +48,8 @@ def fault_bot_create(
         feishu_encrypt_key=encrypt_key,
         feishu_verification_token=token,
         feishu_bot_open_id=f"ou_bot_{app_id}",
+        feishu_event_mode=event_mode,
+        queue_mode=queue_mode,
     )
 
 

@@ -1,7 +1,9 @@
 """The fault suite (issue 10): faults applied to the suite's own Redis, PostgreSQL and worker while signed events
 arrive; every acknowledged event is answered exactly once at the Feishu stub (0 lost, 0 duplicated), within the
 visibility timeout plus one sweep (plus the backlog's own work), and every event not acknowledged is resent by the
-sender until it is, and answered once too. Each test prints its figures in one `FAULTS <name>: ...` line."""
+sender until it is, and answered once too. Issue 23 adds a long connection that goes deaf during a burst (its
+replacement within the bound, what it missed caught up, 0 lost, 0 duplicated). Each test prints its figures in one
+`FAULTS <name>: ...` line."""
 
 import threading
 import time
@@ -15,7 +17,10 @@ from tests.faults.conftest import (
     VISIBILITY_TIMEOUT_SECONDS,
     SlowModel,
     answers_awaited,
+    fault_bot_seed,
+    fault_stubs_at_rest,
 )
+from tests.faults.longconn import RECONNECT_INTERVAL_SECONDS, LongConnectionHub
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(600)]
@@ -156,3 +161,84 @@ def test_postgres_restarted_during_a_burst(fault_hub, fault_bot, feishu_sender):
     )  # fmt: skip
     # then
     assert_exactly_once(figures, fault_hub)
+
+
+# Issue 23 (D1, D2): the long connection's silence bound for this test (the hub's default is 60 s), the reconnects
+# the stub refuses after it, and what a replacement child may take: the supervisor's 1 s check, a new process's
+# imports on this busy machine, and one ReconnectInterval (plus its handshake) per refused upgrade.
+LONGCONN_SILENCE_SECONDS = 3.0
+LONGCONN_REFUSED_RECONNECTS = 2
+LONGCONN_DETECTION_SLACK_SECONDS = 2.0  # the watchdog's tick and the state row's write
+LONGCONN_CHILD_START_SECONDS = 15.0
+LONGCONN_RECOVERY_BOUND_SECONDS = (
+    LONGCONN_SILENCE_SECONDS
+    + 1.0
+    + LONGCONN_CHILD_START_SECONDS
+    + LONGCONN_REFUSED_RECONNECTS * (RECONNECT_INTERVAL_SECONDS + 1.0)
+)
+# No worker is killed here, so a doubled answer could only come from the intake (a message both listed and pushed)
+# or the sweeper re-enqueueing a pending event: one sweep past the pending age shows it.
+LONGCONN_SETTLE_SECONDS = SWEEP_SECONDS + PENDING_AFTER_SECONDS
+# A busy hour: the model answers this slowly during the burst, so both workers are in a model call when the
+# connection comes back and the catch-up waits in the queue while the connection stores new messages.
+LONGCONN_SLOW_CALL_SECONDS = 6.0
+
+
+def test_long_connection_goes_deaf_during_a_burst(fault_hub):
+    # given: a long-connection bot answering each @ with a reply of its own (follow-up queue), `feishu_connect`
+    # keeping its connection with a 3 s silence bound
+    fault_stubs_at_rest(fault_hub)
+    bot = fault_bot_seed(fault_hub, event_mode="long_connection", queue_mode="followup")
+    model = SlowModel(seconds=LONGCONN_SLOW_CALL_SECONDS)
+    fault_hub.llm.respond_with("openai_chat", model)
+    with LongConnectionHub(hub=fault_hub, bot=bot, silence_seconds=LONGCONN_SILENCE_SECONDS) as world:
+        # when: messages at 2/s, every other one an @, the model slow; after 8 (every chat heard from), the
+        # connection goes silent and the next two reconnects are refused; messages go on until the replacement is
+        # up, then 6 more; then the model is quick again
+        burst = world.burst(
+            per_second=2,
+            before=8,
+            after=6,
+            refused=LONGCONN_REFUSED_RECONNECTS,
+            recovery_timeout=LONGCONN_RECOVERY_BOUND_SECONDS + 10,
+            at_reconnect=lambda: model.waiting,
+        )
+        model.slow = False
+        expected = {said.message_id for said in burst.said}
+        answer_bound = bound(count=len(burst.mentions))
+        deadline = time.monotonic() + answer_bound
+        while time.monotonic() < deadline and not (
+            expected <= set(world.stored()) and burst.mentions <= set(world.replies())
+        ):
+            time.sleep(0.25)
+        answered_within = time.monotonic() - burst.silent_at - burst.reconnected_seconds
+        time.sleep(LONGCONN_SETTLE_SECONDS)
+        stored, replies = world.stored(), world.replies()
+        detected = world.deaf_detected_seconds(silent_wall=burst.silent_wall)
+        by_catchup = world.stored_by_catchup()
+        turns = fault_hub.turn_statuses(bot_id=bot.bot_id)
+        logs = world.tails()
+    # then: nothing lost, nothing doubled, the deaf connection noticed within the bound and replaced within its own
+    lost = sum(1 for m in expected if stored[m] == 0) + sum(1 for m in burst.mentions if replies[m] == 0)
+    duplicated = sum(stored[m] - 1 for m in expected if stored[m] > 1) + sum(
+        replies[m] - 1 for m in burst.mentions if replies[m] > 1
+    )
+    line = (
+        f"FAULTS longconn_deaf: sent={len(burst.said)} mentions={len(burst.mentions)} "
+        f"said_while_deaf={sum(s.while_deaf for s in burst.said)} stored={sum(1 for m in expected if stored[m])} "
+        f"by_catchup={by_catchup} answered={sum(1 for m in burst.mentions if replies[m])} lost={lost} "
+        f"duplicated={duplicated} detected={detected if detected is None else round(detected, 1)}s "
+        f"silence_bound={LONGCONN_SILENCE_SECONDS:.0f}s reconnected={burst.reconnected_seconds:.1f}s "
+        f"recovery_bound={LONGCONN_RECOVERY_BOUND_SECONDS:.0f}s refused={world.ws.handshakes_refused} "
+        f"model_calls_at_reconnect={burst.at_reconnect} "
+        f"answered_within={answered_within:.1f}s bound={answer_bound:.0f}s "
+        f"turns={','.join(f'{k}:{v}' for k, v in sorted(turns.items()))}"
+    )
+    print(line)
+    assert (lost, duplicated) == (0, 0), f"{line}\n{logs}"
+    assert not set(replies) - burst.mentions, f"a message that @-s nobody was answered: {line}"
+    assert detected is not None and detected <= LONGCONN_SILENCE_SECONDS + LONGCONN_DETECTION_SLACK_SECONDS, line
+    assert burst.reconnected_seconds <= LONGCONN_RECOVERY_BOUND_SECONDS, line
+    assert world.ws.handshakes_refused == LONGCONN_REFUSED_RECONNECTS, line
+    assert answered_within <= answer_bound, line
+    assert set(turns) <= {"delivered", "replied"}, f"{line}\n{logs}"

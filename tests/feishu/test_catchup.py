@@ -1,6 +1,7 @@
 """D2 (partial): the admin's "catch up" reads a group's messages with im.v1.message.list (the real lark-oapi client
 against the Feishu stub) and stores what the hub missed through the same intake: each message once, even when
-Feishu's retry delivers it too; a recent @ is answered once, an older one is recorded as missed."""
+Feishu's retry delivers it too; a recent @ is answered once, an older one is recorded as missed. A long connection
+back after a gap catches up from where the gap began, though it stores new events before a worker takes the task."""
 
 import threading
 import time
@@ -11,6 +12,7 @@ from django.test import TestCase
 from django.utils import timezone
 
 from agents.models import Turn
+from feishu import tasks as feishu_tasks
 from feishu.inbound.longconn import LongConnection
 from feishu.inbound.routing import ROUTE_MISSED
 from feishu.inbound.signing import message_event_payload
@@ -123,6 +125,75 @@ def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not
         # then the catch-up stored it once and it was answered once
         assert list(InboundEvent.objects.filter(bot=bot).order_by("id").values_list("message_id", flat=True)) == [
             "om_heard",
+            "om_said_while_away",
+        ]
+        assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
+        assert len(feishu_stub.sent) == 1
+    finally:
+        connection.stop()
+        thread.join(timeout=15)
+
+
+def _sent_at(payload: dict, *, seconds_ago: float) -> dict:
+    """The event of a message sent `seconds_ago` (Feishu's create_time: where a catch-up starts reading)."""
+    payload["event"]["message"]["create_time"] = str(int((time.time() - seconds_ago) * 1000))
+    return payload
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_stores_new_events_before_it_runs(
+    feishu_stub, ws_stub, long_connection_bot, monkeypatch
+):
+    # given a long-connection bot that heard a group a minute ago; its catch-up task waits in the queue (as for a
+    # busy worker) instead of running at once
+    stub, bot = ws_stub, long_connection_bot
+    stub.keeps_undelivered = False  # the long connection has no redelivery of what it never delivered
+    queued: list[dict] = []
+    monkeypatch.setattr(feishu_tasks.catchup_run, "delay", lambda **kwargs: queued.append(kwargs))
+    connection = LongConnection(bot=bot)
+    thread = threading.Thread(target=connection.run, daemon=True)
+    thread.start()
+    try:
+        stub.wait_connections(1)
+        heard = message_event_payload(
+            verification_token=bot.feishu_verification_token,
+            app_id=bot.feishu_app_id,
+            message_id="om_heard",
+            chat_id=CHAT,
+            text="hello",
+            sender_open_id="ou_alice",
+        )
+        stub.wait_acked([stub.push(_sent_at(heard, seconds_ago=60))])
+        # when the connection drops, an @ is said meanwhile (30 s ago), and once it is back a new message is
+        # stored before any worker takes the queued catch-up
+        stub.drop()
+        feishu_stub.add_message(
+            message_id="om_said_while_away",
+            chat_id=CHAT,
+            text="@_user_1 you there?",
+            mentions=_mention(bot),
+            sender_id="ou_alice",
+            create_time_ms=int((time.time() - 30) * 1000),
+        )
+        stub.wait_connections(2, timeout=15)
+        new = message_event_payload(
+            verification_token=bot.feishu_verification_token,
+            app_id=bot.feishu_app_id,
+            message_id="om_new",
+            chat_id=CHAT,
+            text="back to work",
+            sender_open_id="ou_bob",
+        )
+        stub.wait_acked([stub.push(new)])
+        connection.flush()
+        assert len(queued) == 1
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            feishu_tasks.catchup_run.apply(kwargs=queued[0])
+        # then the catch-up read from the gap's start: the @ said while away is stored once and answered once
+        assert sorted(InboundEvent.objects.filter(bot=bot).values_list("message_id", flat=True)) == [
+            "om_heard",
+            "om_new",
             "om_said_while_away",
         ]
         assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]

@@ -1,12 +1,16 @@
 """D2, the rest (issue 23b): a hub start after an outage catches up once (the worker_ready signal, the heartbeat
 row's conditional claim), DMs are read too, a missed request says so in explain, and the reads take the send
-budget's app share. Each through the real path: lark-oapi's client against the Feishu REST stub."""
+budget's app share. After a webhook outage, Feishu's retries arriving between the catch-up's pages, or stored by
+the web before the worker starts, leave every message stored once and each recent @ answered once. Each through
+the real path: lark-oapi's client against the Feishu REST stub."""
 
 import time
+from collections import Counter
 from datetime import timedelta
 
 import pytest
 from celery.signals import worker_ready
+from django.db import connection
 from django.test import TestCase
 from django.urls import reverse
 from django.utils import timezone
@@ -14,6 +18,7 @@ from django.utils import timezone
 from agents.models import Turn
 from feishu.inbound.catchup import MISSED_TEXT, catchup_run
 from feishu.inbound.hub_start import HEARTBEAT_PK, hub_start_catchup
+from feishu.inbound.routing import ROUTE_MISSED
 from feishu.models import HubHeartbeat, InboundEvent
 from feishu.outbound import budget as send_budget
 from feishu.tasks import inbound_events_sweep
@@ -174,3 +179,113 @@ def test_d2_each_catch_up_read_takes_a_token_of_the_apps_send_budget(feishu, mak
     catchup_run(bot=bot)
     reads = len(feishu.stub.requests_to("list"))
     assert reads >= 1 and taken == [("", bot.feishu_app_id)] * reads
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_d2_after_a_webhook_outage_feishu_retries_arriving_during_the_catch_up_are_stored_and_answered_once(
+    feishu, make_feishu_bot, settings
+):
+    # given a group the bot heard 20 minutes ago, then a webhook outage of 5 minutes (the hub down): 55 messages
+    # said meanwhile, two pages of the list, with an @ older than the answer window first, and three recent @s
+    bot = make_feishu_bot(reply_format="text", receipt_emoji="")
+    feishu.say(bot, text="morning", chat_id=GROUP, message_id="om_before")
+    _sent_minutes_ago(InboundEvent.objects.get(bot=bot, message_id="om_before"), 20)
+    _hub_down_since(300)
+    now_ms = int(time.time() * 1000)
+    recent_ats = {"om_gap_03", "om_gap_30", "om_gap_52"}
+    feishu.stub.add_message(
+        message_id="om_gap_00",
+        chat_id=GROUP,
+        text="@_user_1 still there?",
+        create_time_ms=now_ms - (settings.AMUX_BACKFILL_ANSWER_WINDOW_SECONDS + 300) * 1000,
+        mentions=_mention(bot),
+        sender_id="ou_alice",
+    )
+    for index in range(1, 55):
+        message_id = f"om_gap_{index:02d}"
+        feishu.stub.add_message(
+            message_id=message_id,
+            chat_id=GROUP,
+            text=f"@_user_1 question {index}" if message_id in recent_ats else f"remark {index}",
+            create_time_ms=now_ms - (280 - index * 5) * 1000,
+            mentions=_mention(bot) if message_id in recent_ats else None,
+            sender_id="ou_bob",
+        )
+    # and Feishu's retries (twice each) of messages on both pages arrive while the catch-up asks for page two:
+    # the catch-up stored the first page's already, not yet the second's
+    retried = ["om_gap_00", "om_gap_03", "om_gap_10", "om_gap_52", "om_gap_54"]
+    statuses: list[int] = []  # the webhook's answer to each retry
+
+    def retries_arrive(request) -> None:
+        if request.query.get("page_token") != ["50"]:
+            return
+        try:
+            for message_id in retried * 2:
+                mentioned = message_id in recent_ats or message_id == "om_gap_00"
+                response, _ = feishu.say(
+                    bot,
+                    text="retried",
+                    chat_id=GROUP,
+                    message_id=message_id,
+                    mention=[bot] if mentioned else None,
+                    sender="ou_bob",
+                    event_id=f"evt_{message_id}",
+                )
+                statuses.append(response.status_code)
+        finally:
+            connection.close()  # this thread's (the stub's handler): the test database is dropped after the test
+
+    feishu.stub.on_list = retries_arrive
+
+    # when the hub's worker starts again
+    _worker_starts()
+
+    # then both pages were read with the retries in between, every message is stored once, each recent @ answered
+    # once, and the old @ stays recorded as missed, unanswered, though Feishu retried it
+    assert [r.query.get("page_token") for r in feishu.stub.requests_to("list")] == [None, ["50"]]
+    assert statuses == [200] * len(retried) * 2
+    stored = Counter(InboundEvent.objects.filter(bot=bot).values_list("message_id", flat=True))
+    assert stored == Counter(["om_before", *(f"om_gap_{index:02d}" for index in range(55))])
+    assert sorted(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == sorted(recent_ats)
+    assert sorted(sent["parent_id"] for sent in feishu.stub.sent) == sorted(recent_ats)
+    missed = InboundEvent.objects.get(bot=bot, message_id="om_gap_00")
+    assert (missed.status, missed.error) == ("ignored", ROUTE_MISSED)
+    # (the first page's messages were stored by the catch-up, the second page's retried ones by the retry)
+    first_by = dict(InboundEvent.objects.filter(bot=bot, message_id__in=retried).values_list("message_id", "event_id"))
+    assert first_by == {
+        "om_gap_00": "catchup:om_gap_00",
+        "om_gap_03": "catchup:om_gap_03",
+        "om_gap_10": "catchup:om_gap_10",
+        "om_gap_52": "evt_om_gap_52",
+        "om_gap_54": "evt_om_gap_54",
+    }
+
+
+@pytest.mark.django_db
+def test_d2_a_retry_the_web_stored_before_the_worker_started_does_not_move_the_catch_up_past_the_gap(
+    feishu, make_feishu_bot
+):
+    # given a hub down for 5 minutes after the bot heard a group; two messages said meanwhile, and the web (back
+    # first) has stored Feishu's retry of the later one before any worker starts
+    bot = make_feishu_bot(reply_format="text", receipt_emoji="")
+    feishu.say(bot, text="morning", chat_id=GROUP, message_id="om_before")
+    _sent_minutes_ago(InboundEvent.objects.get(bot=bot, message_id="om_before"), 6)
+    _hub_down_since(300)
+    now_ms = int(time.time() * 1000)
+    feishu.stub.add_message(
+        message_id="om_early", chat_id=GROUP, text="@_user_1 early", create_time_ms=now_ms - 240_000,
+        mentions=_mention(bot), sender_id="ou_alice",
+    )  # fmt: skip
+    feishu.stub.add_message(message_id="om_late", chat_id=GROUP, text="late", create_time_ms=now_ms - 10_000)
+    feishu.say(bot, text="late", chat_id=GROUP, message_id="om_late")
+    late_event = InboundEvent.objects.get(bot=bot, message_id="om_late")
+    late_event.payload["event"]["message"]["create_time"] = str(now_ms - 10_000)
+    late_event.save(update_fields=["payload"])
+
+    # when the worker starts
+    _worker_starts()
+
+    # then the catch-up read from where the hub went down: the early @ is stored and answered once
+    assert InboundEvent.objects.filter(bot=bot, message_id="om_early").count() == 1
+    assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_early"]

@@ -10,6 +10,9 @@ as Feishu does. Rate limits like Feishu's (5 messages/s per chat, 50/s per app, 
 HTTP 429 + code 99991400 + `x-ogw-ratelimit-reset`. CardKit refuses a sequence not above the card's last
 (300317) and an update once streaming is off (300309), which it turns off itself `streaming_limit_seconds`
 after it was turned on, as Feishu does after 10 minutes. The real lark-oapi client talks to it through `settings.FEISHU_DOMAIN`.
+im/v1/messages (list, issue 23's catch-up) lists what `add_message` added; `on_list` (a test's callable) runs
+after each list request is answered and before the answer is sent, outside the stub's lock (it may make the hub
+call this stub), so a test can make something happen between two pages.
 """
 
 import itertools
@@ -17,6 +20,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -131,6 +135,7 @@ class FeishuStub:
         # issue 26 (H2): docx documents (id -> text, or None: the app may not read it) and wiki nodes (token -> node)
         self.documents: dict[str, str | None] = {}
         self.wiki_nodes: dict[str, dict[str, str]] = {}
+        self.on_list: Callable[[RecordedRequest], None] | None = None  # see the module docstring
 
     # --- test controls -------------------------------------------------------------------------------
     def fail_next(
@@ -294,7 +299,9 @@ class FeishuStub:
             status, payload, headers = self._answer(request)
             request.status = status
             request.code = payload.get("code", 0) if isinstance(payload, dict) else 0
-            return status, payload, headers
+        if request.route == "list" and self.on_list is not None:
+            self.on_list(request)
+        return status, payload, headers
 
     def _answer(self, request: RecordedRequest) -> tuple[int, Any, dict[str, str]]:
         route = request.route

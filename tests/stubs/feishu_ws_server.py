@@ -13,6 +13,14 @@ What the real SDK (`lark_oapi.ws.Client`) talks to, read from lark_oapi/ws/clien
 Like Feishu, an event pushed but not acknowledged when the connection drops is pushed again on the next
 connection, and one acknowledged with an error (500: the handler raised) is pushed again after
 `redeliver_after_seconds`; `redeliver()` pushes an acknowledged one again (Feishu's redelivery after a lost ack).
+An event pushed while no connection hears it (none up, or a silent one) waits for the next connection, unless
+`keeps_undelivered` is False: then it is gone, as issue 23 describes the long connection (no redelivery of what
+was never delivered), and only the hub's catch-up can find it.
+
+Two ways to refuse a reconnect: `refuse_reconnects(n)` answers the endpoint lookup "system busy" (a fresh client
+has then not heard the ClientConfig yet and waits the SDK's own defaults, up to 30 s jitter and 120 s between
+tries), `refuse_handshakes(n)` answers the websocket upgrade 503 with Feishu's handshake headers (the lookup
+succeeded, so the client retries at the configured ReconnectInterval).
 """
 
 import asyncio
@@ -22,6 +30,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,6 +39,7 @@ from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 from websockets.asyncio.server import ServerConnection, serve
 
 ENDPOINT_PATH = "/callback/ws/endpoint"
+SYSTEM_BUSY_CODE = 1  # lark_oapi.ws.const.SYSTEM_BUSY
 FRAME_CONTROL = 0
 FRAME_DATA = 1
 
@@ -95,6 +105,10 @@ class FeishuWsStub:
         self._connection: ServerConnection | None = None
         self._silent: ServerConnection | None = None  # go_silent(): this connection hears and says nothing
         self.refuse_endpoints = 0  # refuse_reconnects(n): the next n endpoint lookups answer "system busy"
+        self.refuse_upgrades = 0  # refuse_handshakes(n): the next n websocket upgrades answer 503
+        self.handshakes_refused = 0
+        self.keeps_undelivered = True  # False: an event no connection heard is gone (see the module docstring)
+        self.undelivered_dropped: list[str] = []  # frame ids of the events that went
         self._unsent: list[str] = []  # frame ids to push on the next connection
         self._ws_server = None
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._http_handler())
@@ -128,7 +142,20 @@ class FeishuWsStub:
         self._thread.join(timeout=10)
 
     async def _serve(self):
-        return await serve(self._on_connection, "127.0.0.1", 0)
+        return await serve(self._on_connection, "127.0.0.1", 0, process_request=self._upgrade_refused)
+
+    def _upgrade_refused(self, connection: ServerConnection, request: Any) -> Any:
+        with self._lock:
+            if self.refuse_upgrades <= 0:
+                return None  # the handshake goes on
+            self.refuse_upgrades -= 1
+            self.handshakes_refused += 1
+        response = connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "system busy\n")
+        # What the SDK reads from a refused upgrade (lark_oapi/ws/client.py, _parse_ws_conn_exception): a status
+        # other than 403 and 514 is a ServerException, which it retries.
+        response.headers["handshake-status"] = str(SYSTEM_BUSY_CODE)
+        response.headers["handshake-msg"] = "system busy"
+        return response
 
     @property
     def ws_port(self) -> int:
@@ -174,6 +201,12 @@ class FeishuWsStub:
         with self._lock:
             self.refuse_endpoints = count
 
+    def refuse_handshakes(self, count: int) -> None:
+        """Answer the next `count` websocket upgrades with 503 and Feishu's "system busy" handshake headers (the
+        endpoint lookup before each succeeds, so the SDK retries at the configured ReconnectInterval)."""
+        with self._lock:
+            self.refuse_upgrades = count
+
     def wait_connections(self, count: int, *, timeout: float = 10.0) -> None:
         with self._lock:
             if not self._lock.wait_for(lambda: self.connections_accepted >= count and self._connection, timeout):
@@ -198,14 +231,21 @@ class FeishuWsStub:
         connection = self._connection
         event = self.events[frame_id]
         if connection is None or connection is self._silent:
-            self._unsent.append(frame_id)
+            self._undelivered(frame_id)
             return
         with self._lock:
             event.pushed_at.append(time.perf_counter())
         try:
             await connection.send(_event_frame(frame_id=frame_id, seq_id=len(self.events), payload=event.payload))
         except websockets.ConnectionClosed:
-            self._unsent.append(frame_id)
+            self._undelivered(frame_id)
+
+    def _undelivered(self, frame_id: str) -> None:
+        with self._lock:
+            if self.keeps_undelivered:
+                self._unsent.append(frame_id)
+            else:
+                self.undelivered_dropped.append(frame_id)
 
     async def _on_connection(self, connection: ServerConnection) -> None:
         with self._lock:
