@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from agents.tools.loop import STEERED_HEADER
 from tests.helpers import wait_for
 from tests.stubs.llm_servers import LLMStubServer, RecordedRequest, StubResponse, openai_chat_body
 
@@ -25,7 +26,8 @@ HOLD_SECONDS = 30  # the held answer comes back when the test releases it, at th
 WAIT_SECONDS = 60
 DEFERRED_LINE = "turn waits for its conversation"  # agents/services/turns/conversation.py
 TURN_TASK_LINE = "agents.tasks.turn_run_task["  # Celery's "Task ...[id] received"
-FINAL_STATUSES = ("delivered", "skipped")
+FINAL_STATUSES = ("delivered", "skipped", "failed", "delivery_failed")
+STEER_TOOL = "stub__echo"  # the MCP stub's echo tool (tests/stubs/mcp_server.py), as the model names it
 
 
 def answer_to(*questions: str) -> str:
@@ -57,6 +59,40 @@ class HeldModel:
         return StubResponse(body=openai_chat_body(text=text), delay_seconds=MODEL_SECONDS)
 
 
+class ToolHeldModel:
+    """For queue mode steer: the first request (no tool result yet) is held until `release`, then asks for the MCP
+    stub's `echo` tool; the request after the tool's result is answered with every question its input holds."""
+
+    def __init__(self, stub: LLMStubServer) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+        self._lock = threading.Lock()
+        stub.respond_with("openai_chat", self)
+
+    def __call__(self, request: RecordedRequest) -> StubResponse:
+        with self._lock:
+            self.calls += 1
+        messages = request.json["messages"]
+        if not any(message["role"] == "tool" for message in messages):
+            self.release.wait(timeout=HOLD_SECONDS)
+            return StubResponse(body=openai_chat_body(tool_calls=[(STEER_TOOL, {"text": "notes"})]))
+        text = answer_to(*asked("\n".join(str(message.get("content") or "") for message in messages)))
+        return StubResponse(body=openai_chat_body(text=text), delay_seconds=MODEL_SECONDS)
+
+
+def assert_steered_into_the_first_turn(stub: LLMStubServer) -> None:
+    """Steer: two model calls, the first before the later messages (it asks for the tool), the second holding the
+    tool's result and then each later message, marked as sent during the work, in order."""
+    first, second = model_inputs(stub)
+    assert asked("\n".join(content for _, content in first)) == [QUESTIONS[0]]
+    roles = [role for role, _ in second]
+    tool_at = roles.index("tool")
+    steered = second[tool_at + 1 :]
+    assert [role for role, _ in steered] == ["user", "user"], second
+    assert [asked(content) for _, content in steered] == [[QUESTIONS[1]], [QUESTIONS[2]]]
+    assert all(content.startswith(STEERED_HEADER) for _, content in steered)
+
+
 class LoggingProcess(Protocol):
     log_path: Path
 
@@ -79,7 +115,9 @@ class WorkerLogs:
         return "\n".join(f"--- {w.log_path}:\n{tail}" for w, tail in zip(self.workers, tails, strict=True))
 
 
-def send_three_quickly(send: Callable[[int, str], Any], *, model: HeldModel, logs: WorkerLogs) -> list[Any]:
+def send_three_quickly(
+    send: Callable[[int, str], Any], *, model: HeldModel | ToolHeldModel, logs: WorkerLogs
+) -> list[Any]:
     """Send the first question; while its model call is held, the two others GAP_SECONDS apart; wait until the
     other worker deferred both later turns; then let the model answer. What `send(number, question)` returned."""
     sent = [send(1, QUESTIONS[0])]
@@ -146,7 +184,7 @@ def rest_finished(rest: Rest, turn_ids: list[int], *, logs: WorkerLogs) -> list[
     return wait_for(finished, what="every turn finished", timeout=WAIT_SECONDS, worker=logs)
 
 
-def rest_three_quickly(rest: Rest, *, thread_id: int, model: HeldModel, logs: WorkerLogs) -> list[int]:
+def rest_three_quickly(rest: Rest, *, thread_id: int, model: HeldModel | ToolHeldModel, logs: WorkerLogs) -> list[int]:
     turn_ids = send_three_quickly(
         lambda _, text: rest_post(rest, thread_id=thread_id, text=text), model=model, logs=logs
     )
@@ -158,11 +196,17 @@ def assert_rest_conversation(
     rest: Rest, stub: LLMStubServer, *, thread_id: int, turn_ids: list[int], queue_mode: str, logs: WorkerLogs
 ) -> None:
     """O1-O3 on a REST thread after `rest_three_quickly`: one model call at a time, answers in order, every message
-    answered once (collect, steer: the two waiting ones by one reply), each input holding the earlier answers."""
+    answered once (collect: the two waiting ones by one reply; steer, its bot using a tool: all three by the first
+    turn's reply), each input holding the earlier answers."""
     assert_spread_over_both_workers(logs)
     assert_never_overlapped(stub.spans)
     turns = rest_turns(rest, turn_ids)
-    if queue_mode == "followup":
+    if queue_mode == "steer":
+        answered = [list(QUESTIONS)]
+        assert [turn["status"] for turn in turns] == ["delivered", "skipped", "skipped"]
+        assert [turn["answered_by"] for turn in turns] == [None, turn_ids[0], turn_ids[0]]
+        assert turns[0]["answers_also"] == turn_ids[1:]
+    elif queue_mode == "followup":
         answered = [[question] for question in QUESTIONS]
         assert [turn["status"] for turn in turns] == ["delivered"] * 3
     else:
@@ -175,6 +219,9 @@ def assert_rest_conversation(
     # each message answered once: the thread holds these replies and no other
     history = rest("get", f"/api/v1/threads/{thread_id}/history/")[1]["results"]
     assert sorted(m["id"] for m in history if m["kind"] == "agent_reply") == [reply["id"] for reply in replies]
+    if queue_mode == "steer":
+        assert_steered_into_the_first_turn(stub)
+        return
     assert_each_input_holds_the_earlier_answers(stub, answered=answered)
     # and the last input is the thread as people saw it: each answer right after its question
     tail = [("user", QUESTIONS[0]), ("assistant", answer_to(QUESTIONS[0]))]
@@ -183,6 +230,11 @@ def assert_rest_conversation(
     else:
         tail += [("user", f"{QUESTIONS[1]}\n\n{QUESTIONS[2]}")]
     assert model_inputs(stub)[-1][-len(tail) :] == tail
+
+
+def model_for(stub: LLMStubServer, *, queue_mode: str) -> HeldModel | ToolHeldModel:
+    """The LLM stub's behaviour for a queue mode's scenario: steer's bot uses a tool, the others answer."""
+    return ToolHeldModel(stub) if queue_mode == "steer" else HeldModel(stub)
 
 
 def assert_rest_conversations_run_side_by_side(

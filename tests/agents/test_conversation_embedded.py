@@ -4,7 +4,8 @@ database and the embedded broker in its own SQLite file (amuxweb/embedded_broker
 The pytest database (in memory) cannot be shared with other processes, so the module starts a hub of its own on a
 temporary SQLite file, as tests/faults does on its servers: `manage.py migrate` and the seed in subprocesses, then
 gunicorn serving the API and two Celery workers, all with `amuxweb.settings.local`. Three quick messages on a REST
-thread with a slow first model answer, per queue mode (tests/conversation_workers.py); and two threads side by side.
+thread with a slow first model answer, per queue mode (tests/conversation_workers.py; the steering bot uses the MCP
+stub's tool over HTTP); and two threads side by side.
 
 It runs in the SQLite run (`make test`); the PostgreSQL + Redis run proves the same on its own servers
 (tests/feishu/test_conversation_workers.py), so there this module is skipped rather than paid for twice.
@@ -24,14 +25,15 @@ import requests
 
 from agents.models import Bot
 from tests.conversation_workers import (
-    HeldModel,
     WorkerLogs,
     assert_rest_conversation,
     assert_rest_conversations_run_side_by_side,
+    model_for,
     rest_three_quickly,
 )
 from tests.faults.servers import REPOSITORY, HubProcess, free_port, wait_until
 from tests.stubs.llm_servers import LLMStubServer
+from tests.stubs.mcp_server import http_server_running
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("REDIS_URL")), reason="the embedded default's run (no REDIS_URL) covers it; this run has Redis"
@@ -41,8 +43,8 @@ pytestmark = pytest.mark.skipif(
 class EmbeddedHub:
     """web + two workers on a SQLite file and the embedded broker's file, in `directory`."""
 
-    def __init__(self, directory: Path, *, llm: LLMStubServer) -> None:
-        self.directory, self.llm = directory, llm
+    def __init__(self, directory: Path, *, llm: LLMStubServer, mcp_url: str) -> None:
+        self.directory, self.llm, self.mcp_url = directory, llm, mcp_url
         self.port = free_port()
         self.env = {
             key: value
@@ -82,10 +84,9 @@ class EmbeddedHub:
     def start(self) -> None:
         (self.directory / "prometheus").mkdir()
         self.run_python("manage.py", "migrate", "--noinput")
+        fields = {"llm_base_url": self.llm.url("/v1"), "mcp_url": self.mcp_url}
         seeded = json.loads(
-            self.run_python(
-                "-m", "tests.agents.conversation_seed", json.dumps({"llm_base_url": self.llm.url("/v1")})
-            ).splitlines()[-1]
+            self.run_python("-m", "tests.agents.conversation_seed", json.dumps(fields)).splitlines()[-1]
         )
         self.token, self.bots = seeded["token"], seeded["bots"]
         self.session.headers["Authorization"] = f"Token {self.token}"
@@ -126,12 +127,15 @@ class EmbeddedHub:
 def embedded_hub():
     directory = Path(tempfile.mkdtemp(prefix="amuxweb-embedded-"))
     llm = LLMStubServer().start()
-    hub = EmbeddedHub(directory, llm=llm)
     try:
-        hub.start()
-        yield hub
+        with http_server_running() as mcp_url:
+            hub = EmbeddedHub(directory, llm=llm, mcp_url=mcp_url)
+            try:
+                hub.start()
+                yield hub
+            finally:
+                hub.stop()
     finally:
-        hub.stop()
         llm.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -148,7 +152,9 @@ def test_three_quick_messages_on_the_embedded_default_with_two_workers(hub, queu
     thread_id = hub.thread_create(queue_mode=queue_mode)
     logs = WorkerLogs(hub.workers)
     # when
-    turn_ids = rest_three_quickly(hub.rest, thread_id=thread_id, model=HeldModel(hub.llm), logs=logs)
+    turn_ids = rest_three_quickly(
+        hub.rest, thread_id=thread_id, model=model_for(hub.llm, queue_mode=queue_mode), logs=logs
+    )
     # then
     assert_rest_conversation(
         hub.rest, hub.llm, thread_id=thread_id, turn_ids=turn_ids, queue_mode=queue_mode, logs=logs
