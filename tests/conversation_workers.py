@@ -26,6 +26,7 @@ HOLD_SECONDS = 30  # the held answer comes back when the test releases it, at th
 WAIT_SECONDS = 60
 DEFERRED_LINE = "turn waits for its conversation"  # agents/services/turns/conversation.py
 TURN_TASK_LINE = "agents.tasks.turn_run_task["  # Celery's "Task ...[id] received"
+# A turn's final statuses: a failed one ends the wait at once, and the checks then say which turn failed.
 FINAL_STATUSES = ("delivered", "skipped", "failed", "delivery_failed")
 STEER_TOOL = "stub__echo"  # the MCP stub's echo tool (tests/stubs/mcp_server.py), as the model names it
 
@@ -35,7 +36,7 @@ def answer_to(*questions: str) -> str:
 
 
 def asked(content: str) -> list[str]:
-    """The questions a model input's last message holds, in the order given (a collected turn holds several)."""
+    """The questions a text holds (a model input's message: a collected turn's holds several), in its order."""
     return sorted((question for question in QUESTIONS if question in content), key=content.index)
 
 
