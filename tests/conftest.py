@@ -78,7 +78,8 @@ def _celery_eager_unless_real_worker(request):
 class CeleryWorkerProcess:
     """`celery -A amuxweb worker` in its own process group, on the pytest test database."""
 
-    def __init__(self, *, database_url: str, redis_url: str) -> None:
+    def __init__(self, *, database_url: str, redis_url: str, name: str = "pytest") -> None:
+        self.name = name  # its hostname's prefix: two workers of one run must not share a node name
         self.env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "amuxweb.settings.test",
@@ -88,29 +89,37 @@ class CeleryWorkerProcess:
         }
         self.log_path = Path(tempfile.mkstemp(prefix="celery-worker-", suffix=".log")[1])
         self.process: subprocess.Popen | None = None
+        self._offset = 0
         self.pool_args = ["--pool=solo"]  # a test of the prefork pool's children sets the Procfile's own
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (two workers started together import side by side)."""
         command = [sys.executable, "-m", "celery", "-A", "amuxweb", "worker", *self.pool_args, "--loglevel=INFO"]
         command += [
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
-            f"--hostname=pytest-{os.getpid()}@%h",
+            f"--hostname={self.name}-{os.getpid()}@%h",
         ]
-        offset = self.log_path.stat().st_size
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            command,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=Path(__file__).parents[1],
-        )
+        self._offset = self.log_path.stat().st_size
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=Path(__file__).parents[1],
+            )
+
+    def wait_ready(self) -> None:
         deadline = time.monotonic() + CELERY_WORKER_READY_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
-            if " ready." in self.log_path.read_text(errors="replace")[offset:]:
+            if " ready." in self.log_path.read_text(errors="replace")[self._offset :]:
                 return
             if self.process.poll() is not None:
                 break
@@ -169,6 +178,45 @@ def celery_worker(celery_worker_process):
     if not celery_worker_process.is_running():
         celery_worker_process.start()
     return celery_worker_process
+
+
+@pytest.fixture(scope="module")
+def celery_worker_env() -> dict[str, str]:
+    """Environment the module's pair of workers gets on top of the session worker's (a module overrides this
+    fixture, e.g. with a Feishu stub's domain as AMUX_TEST_FEISHU_DOMAIN)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def celery_worker_pair(celery_worker_process, celery_worker_env):
+    """Two real workers on one database and broker for a module (O1 across processes, issue 22): the session's,
+    and a second with a hostname of its own, stopped at the module's end; both get `celery_worker_env` (the
+    session's is restarted for it when it differs; the running process keeps it after the module, its next start
+    does not). Skips where `celery_worker_process` does (no REDIS_URL or no PostgreSQL)."""
+    first = celery_worker_process
+    saved = {key: first.env.get(key) for key in celery_worker_env}
+    second = CeleryWorkerProcess(
+        database_url=first.env["DATABASE_URL"], redis_url=first.env["REDIS_URL"], name="pytest-second"
+    )
+    second.env.update(celery_worker_env)
+    restart_first = not first.is_running() or any(first.env.get(k) != v for k, v in celery_worker_env.items())
+    if restart_first:
+        first.stop()
+        first.env.update(celery_worker_env)
+        first.launch()
+    second.launch()
+    try:
+        if restart_first:
+            first.wait_ready()
+        second.wait_ready()
+        yield first, second
+    finally:
+        second.stop()
+        for key, value in saved.items():  # the next restart of the session's worker is as it was
+            if value is None:
+                first.env.pop(key, None)
+            else:
+                first.env[key] = value
 
 
 # --- end of engineer "c" section ---------------------------------------------------------------------------

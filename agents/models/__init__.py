@@ -120,7 +120,7 @@ class Bot(models.Model):
         MODEL = "model", "Model (the probe model below)"
 
     class QueueMode(models.TextChoices):
-        # ARCHITECTURE §11.1 O2; what a person sees per mode: docs/conversations.md.
+        # ARCHITECTURE §11.1 O2; what a person sees per mode: docs/architecture.md (Turns, queue modes).
         COLLECT = "collect", "Collect: the next turn answers everything that waited, in one reply"
         FOLLOWUP = "followup", "Follow-up: one turn per message, in order"
         STEER = "steer", "Steer: messages join the running turn at its next tool step, else like collect"

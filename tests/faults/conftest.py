@@ -308,6 +308,25 @@ class FeishuSender:
                 return
             time.sleep(RESEND_AFTER_SECONDS)
 
+    def topic_message(self, *, number: int, text: str) -> Push:
+        """One @-message in the bot's topic (one conversation: a topic of one chat), delivered as `burst` does."""
+        slug = self.bot.slug
+        payload = message_event_payload(
+            verification_token=self.bot.verification_token,
+            app_id=self.bot.app_id,
+            message_id=f"om_{slug}_topic_{number}",
+            chat_id=f"oc_{slug}_topic",
+            text=f"@_user_1 {text}",
+            sender_open_id="ou_user_topic",
+            root_id=f"om_{slug}_topic_root",
+            thread_id=f"omt_{slug}_topic",
+            mentions=[mention_entry(index=1, open_id=self.bot.open_id, name=slug.title())],
+            event_id=f"evt_{slug}_topic_{number}",
+        )
+        push = Push(message_id=payload["event"]["message"]["message_id"])
+        self._deliver(payload, push)
+        return push
+
     def burst(self, *, count: int, per_second: float) -> list[Push]:
         """`count` events at `per_second`, from SENDER_THREADS threads; returns when every one was answered 200
         (or RESEND_MAX_ATTEMPTS pushes failed)."""

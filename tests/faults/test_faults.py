@@ -10,6 +10,17 @@ import time
 
 import pytest
 
+from tests.conversation_workers import (
+    DEFERRED_LINE,
+    GAP_SECONDS,
+    QUESTIONS,
+    HeldModel,
+    WorkerLogs,
+    answer_to,
+    asked,
+    assert_never_overlapped,
+    model_inputs,
+)
 from tests.faults.conftest import (
     DRAIN_SECONDS_PER_EVENT,
     PENDING_AFTER_SECONDS,
@@ -242,3 +253,65 @@ def test_long_connection_goes_deaf_during_a_burst(fault_hub):
     assert world.ws.handshakes_refused == LONGCONN_REFUSED_RECONNECTS, line
     assert answered_within <= answer_bound, line
     assert set(turns) <= {"delivered", "replied"}, f"{line}\n{logs}"
+
+
+def test_worker_sigkilled_holding_the_first_turn_of_a_topic(fault_hub, fault_bot, feishu_sender):
+    # given: three @-messages in one topic (one conversation; the bot's queue mode is the default, collect), the
+    # model holding the first; the later two go to the other worker (each runs one task at a time), which finds
+    # the conversation busy and defers them
+    model = HeldModel(fault_hub.llm)
+    spans_before = len(fault_hub.llm.spans)
+    logs = WorkerLogs(fault_hub.workers)
+    pushes = [feishu_sender.topic_message(number=1, text=QUESTIONS[0])]
+    wait_for(lambda: model.calls, what="the first model call", hub=fault_hub, timeout=WAIT_SECONDS)
+    for number, question in enumerate(QUESTIONS[1:], start=2):
+        time.sleep(GAP_SECONDS)
+        pushes.append(feishu_sender.topic_message(number=number, text=question))
+    wait_for(lambda: sum(logs.counts(DEFERRED_LINE)) >= 2, what="both later turns deferred", hub=fault_hub)
+    assert sorted(logs.counts(DEFERRED_LINE)) == [0, 2], fault_hub.tails()
+    holder = logs.counts(DEFERRED_LINE).index(0) + 1  # the worker that deferred nothing holds the first turn
+    # when: that worker is SIGKILLed mid-model-call (and started again); the model answers at once from now on
+    restart = fault_hub.worker_kill(number=holder)
+    killed_at = time.monotonic()
+    model.release.set()
+    # then: the conversation goes on once the killed turn's claim is recovered (redelivery or the sweeper): the
+    # first message answered, then one reply for the two that waited, under the newest, in that order (a streamed
+    # card is one message, whose text is the answer once written)
+    message_ids = [push.message_id for push in pushes]
+    expected = [(message_ids[0], answer_to(QUESTIONS[0])), (message_ids[2], answer_to(*QUESTIONS[1:]))]
+
+    def replies() -> list[tuple[str, str]]:
+        with fault_hub.feishu.lock:
+            sent = [s for s in fault_hub.feishu.sent if s["app_id"] == fault_bot.app_id]
+        return [(s["parent_id"], fault_hub.feishu.message_text(s)) for s in sent]
+
+    def answered() -> bool:
+        found = replies()
+        return [parent for parent, _ in found] == [parent for parent, _ in expected] and all(
+            answer in text for (_, text), (_, answer) in zip(found, expected, strict=True)
+        )
+
+    bound_seconds = bound(count=len(pushes))
+    wait_for(answered, what="both replies, answered", hub=fault_hub, timeout=bound_seconds)
+    answered_within = time.monotonic() - killed_at
+    time.sleep(VISIBILITY_TIMEOUT_SECONDS + SWEEP_SECONDS)  # a doubled reply would show by now
+    restart.join()
+    turns = fault_hub.query(
+        "SELECT source_message_id, status FROM agents_turn WHERE bot_id = %s ORDER BY id", (fault_bot.bot_id,)
+    )
+    print(
+        f"FAULTS conversation_worker_killed: sent={len(pushes)} acked={sum(p.acknowledged for p in pushes)} "
+        f"replies={len(replies())} answered_within={answered_within:.1f}s bound={bound_seconds:.0f}s "
+        f"turns={','.join(status for _, status in turns)} model_calls={model.calls}"
+    )
+    assert all(push.acknowledged for push in pushes)
+    assert answered(), f"{replies()}\n{fault_hub.tails()}"  # still the two replies, nothing doubled
+    # every message answered exactly once: the first and second turns delivered, the third answered by the second
+    assert turns == [(message_ids[0], "delivered"), (message_ids[1], "delivered"), (message_ids[2], "skipped")]
+    assert answered_within <= bound_seconds
+    # one model call at a time: the killed one, its re-run, then the collected two with the first answer before
+    assert_never_overlapped(fault_hub.llm.spans[spans_before:])
+    assert model.calls == 3
+    inputs = model_inputs(fault_hub.llm)[-3:]
+    assert [asked(messages[-1][1]) for messages in inputs] == [[QUESTIONS[0]], [QUESTIONS[0]], list(QUESTIONS[1:])]
+    assert [content for role, content in inputs[2] if role == "assistant"] == [answer_to(QUESTIONS[0])]
