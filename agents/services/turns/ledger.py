@@ -14,13 +14,14 @@ import logging
 import time
 from datetime import datetime
 
-from django.db import IntegrityError, NotSupportedError, models, transaction
+from django.db import NotSupportedError, models, transaction
 from django.db.models import F, Func
 from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
 from agents.secrets import hub_secrets
 from agents.services.threads import message_create
+from core.inserts import insert_unless_exists
 from core.redaction import redact, redacted
 from core.text import storable_text
 
@@ -73,17 +74,14 @@ def turn_get_or_create(
 ) -> tuple[Turn, bool]:
     """The turn of (bot, source message): created once, found every other time (T2).
 
-    Insert first (in a savepoint); the unique constraint's IntegrityError means the turn exists, and it is
-    read then. Safe under concurrency, no check-then-act, and the common case (a new trigger) is one INSERT.
+    Insert unless it exists (INSERT ... ON CONFLICT DO NOTHING RETURNING: one statement, no savepoint around an
+    insert that may fail; issue 28), the row read only when it was there already. Safe under concurrency (a
+    concurrent insert of the same key waits for the other transaction, then skips), no check-then-act.
     """
-    try:
-        with transaction.atomic():  # a savepoint when called inside a transaction
-            turn = Turn.objects.create(
-                bot=bot, thread=thread, trigger=trigger, source_message_id=source_message_id, user_message=user_message
-            )
+    turn = Turn(bot=bot, thread=thread, trigger=trigger, source_message_id=source_message_id, user_message=user_message)
+    if insert_unless_exists(instance=turn, conflict_fields=("bot", "source_message_id")):
         return turn, True
-    except IntegrityError:
-        return Turn.objects.get(bot=bot, source_message_id=source_message_id), False
+    return Turn.objects.get(bot=bot, source_message_id=source_message_id), False
 
 
 def turn_claim(*, turn_id: int) -> Turn | None:
