@@ -7,6 +7,8 @@ binding; a retired topic, or a reply to an output of a retired session, answers 
 
 import logging
 
+from django.db.models import Subquery
+
 from agents.models import Bot, Thread
 from agents.services.threads import thread_create
 from feishu.inbound.parsing import ParsedMessage
@@ -49,6 +51,13 @@ def session_thread_resolve(*, bot: Bot, message) -> Thread:
     scope_key, _ = _scope_key(
         bot=bot, chat_id=message.chat_id, chat_type=message.chat_type, root_msg_id=message.effective_root_msg_id
     )
+    # The common case, a live session: its thread read through its binding in one statement (issue 28).
+    live = SessionBinding.objects.filter(
+        bot_profile=bot.slug, chat_id=message.chat_id, scope_key=scope_key, retired_at__isnull=True
+    ).values("agent_thread_id")[:1]
+    thread = next(iter(Thread.objects.filter(pk=Subquery(live))), None)
+    if thread is not None:
+        return thread
 
     def create_agent_thread() -> int:
         thread = thread_create(
