@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable
 
 from django.db import transaction
-from django.db.models import Exists, Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.models import Bot, Thread, Turn
@@ -67,26 +67,32 @@ def turn_claim_in_order(*, turn_id: int) -> Turn | str | None:
         thread_id = next(iter(locked), None)
         if thread_id is None:
             return None
+        # The turn and every turn holding its conversation, in one read under the lock (issue 28): what is ahead,
+        # and what a first run collects, are decided from it.
+        rows = list(
+            Turn.objects.select_related(*ledger.CLAIM_RELATED)
+            .filter(thread_id=thread_id)
+            .filter(Q(pk=turn_id) | Q(status__in=HOLDING_STATUSES))
+        )
+        read = next(row for row in rows if row.pk == turn_id)
+        others = [row for row in rows if row.pk != turn_id]
         if (
-            Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED)
-            .filter(Exists(turns_ahead(thread_id=thread_id, turn_id=turn_id)))
-            .update(enqueued_at=None)
+            read.status == Turn.Status.QUEUED
+            and any(_is_ahead(other=other, turn_id=turn_id) for other in others)
+            and Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED).update(enqueued_at=None)
         ):
             logger.info("turn waits for its conversation", extra={"turn_id": turn_id, "thread_id": thread_id})
             return DEFERRED
-        turn = ledger.turn_claim(turn_id=turn_id)
+        turn = ledger.turn_claim(turn_id=turn_id, read=read)
         if turn is not None and turn.status == Turn.Status.RUNNING and turn.attempts == 1:
-            turns_collect(turn=turn)
+            turns_collect(turn=turn, holding=others)
         return turn
 
 
-def turns_ahead(*, thread_id: int, turn_id: int) -> QuerySet[Turn]:
-    """The turns of the thread that must finish before `turn_id` runs."""
-    return (
-        Turn.objects.filter(thread_id=thread_id)
-        .exclude(pk=turn_id)
-        .filter(Q(pk__lt=turn_id, status__in=HOLDING_STATUSES) | Q(status__in=ACTIVE_STATUSES))
-    )
+def _is_ahead(*, other: Turn, turn_id: int) -> bool:
+    """Whether `other`, a turn of the same thread, must finish before `turn_id` runs: an older turn still holding
+    the conversation, or any turn running or replied (a newer one that won a race of commits)."""
+    return (other.pk < turn_id and other.status in HOLDING_STATUSES) or other.status in ACTIVE_STATUSES
 
 
 def conversation_lock(*, thread_id: int) -> None:
@@ -129,20 +135,31 @@ def _collectable(*, turn: Turn) -> bool:
     return turn.thread.channel in COLLECTING_CHANNELS
 
 
-def _waiting_claim(*, turn: Turn, reason: str) -> list[int]:
+def _waiting_claim(*, turn: Turn, reason: str, holding: list[Turn] | None = None) -> list[int]:
     """Inside a transaction holding the conversation: the requests queued behind `turn` (never run, addressed),
-    oldest first, each claimed for it with a conditional UPDATE (skipped, linked): the ids it won."""
-    waiting = list(
-        Turn.objects.filter(
-            thread_id=turn.thread_id,
-            pk__gt=turn.pk,
-            status=Turn.Status.QUEUED,
-            attempts=0,
-            trigger__in=COLLECTABLE_TRIGGERS,
+    oldest first, each claimed for it with a conditional UPDATE (skipped, linked): the ids it won. `holding`: the
+    turns holding the conversation as read under the same lock (the claim's read); else they are read here."""
+    if holding is not None:
+        waiting = sorted(
+            other.pk
+            for other in holding
+            if other.pk > turn.pk
+            and other.status == Turn.Status.QUEUED
+            and other.attempts == 0
+            and other.trigger in COLLECTABLE_TRIGGERS
         )
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    else:
+        waiting = list(
+            Turn.objects.filter(
+                thread_id=turn.thread_id,
+                pk__gt=turn.pk,
+                status=Turn.Status.QUEUED,
+                attempts=0,
+                trigger__in=COLLECTABLE_TRIGGERS,
+            )
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
     now = timezone.now()
     return [
         waiting_id
@@ -156,12 +173,13 @@ def _waiting_claim(*, turn: Turn, reason: str) -> list[int]:
     ]
 
 
-def turns_collect(*, turn: Turn) -> list[int]:
+def turns_collect(*, turn: Turn, holding: list[Turn] | None = None) -> list[int]:
     """Inside the first claim's transaction (conversation locked): the turns this one answers along with its own
-    request (queue mode collect or steer), oldest first, each marked skipped and linked to it."""
+    request (queue mode collect or steer), oldest first, each marked skipped and linked to it. `holding`: the other
+    turns holding the conversation, as the claim read them under the lock."""
     if not _collectable(turn=turn):
         return []
-    waiting = _waiting_claim(turn=turn, reason=COLLECTED_REASON)
+    waiting = _waiting_claim(turn=turn, reason=COLLECTED_REASON, holding=holding)
     if not waiting:
         return []
     Turn.objects.filter(pk=turn.pk).update(channel_state=JSONKeysReplaced("channel_state", {"collected": waiting}))

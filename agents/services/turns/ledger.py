@@ -84,37 +84,52 @@ def turn_get_or_create(
     return Turn.objects.get(bot=bot, source_message_id=source_message_id), False
 
 
-def turn_claim(*, turn_id: int) -> Turn | None:
+# What a claimed run reads with its turn (one statement): its messages, thread, bot and the bot's model and provider.
+CLAIM_RELATED = ("reply_message", "user_message", "thread", "bot__primary_model__provider")
+
+
+def turn_claim(*, turn_id: int, read: Turn | None = None) -> Turn | None:
     """Take the turn for one run: None when it is finished (or gone); a replied turn is taken for delivery only.
 
     A `running` turn is claimed again on purpose: the sweeper re-enqueues runs left running past the task's hard
     time limit, and the reply's conditional store still keeps exactly one reply.
+
+    `read`: the turn as the caller read it a moment ago (with CLAIM_RELATED) inside the transaction that holds its
+    conversation (conversation.turn_claim_in_order, issue 28): claimed by one UPDATE conditional on what was read
+    (status and attempts), no locked re-read. When another writer changed it meanwhile, the locked path runs.
     """
+    if read is not None:
+        if read.status in FINISHED_STATUSES:
+            return None
+        expected = {"status": read.status, "attempts": read.attempts, "delivery_attempts": read.delivery_attempts}
+        fields = _claim_fields(turn=read)
+        if Turn.objects.filter(pk=read.pk, **expected).update(**{name: getattr(read, name) for name in fields}):
+            return read
     # No savepoint when the caller's transaction holds the conversation (conversation.turn_claim_in_order): two
     # statements fewer per turn, and nothing here is rolled back on its own.
     with transaction.atomic(savepoint=False):
         # A list, not .first(): a pk matches one row at most, and .first()'s ORDER BY makes Django hash every
         # selected column of the six joined tables to place it (~2 ms of CPU per claim; issue 11).
-        claimed = list(
-            Turn.objects.select_for_update(of=("self",))
-            .select_related("reply_message", "user_message", "thread", "bot__primary_model__provider")
-            .filter(pk=turn_id)
-        )
+        claimed = list(Turn.objects.select_for_update(of=("self",)).select_related(*CLAIM_RELATED).filter(pk=turn_id))
         turn = claimed[0] if claimed else None
         if turn is None or turn.status in FINISHED_STATUSES:
             return None
-        turn.claimed_at = timezone.now()
-        if turn.reply_message is not None:
-            # This run only delivers: its delivery attempt is counted here, under the lock, in the same UPDATE.
-            turn.status = Turn.Status.REPLIED
-            turn.delivery_attempts += 1
-            turn.save(update_fields=["status", "claimed_at", "delivery_attempts"])
-            return turn
-        turn.status = Turn.Status.RUNNING
-        turn.attempts += 1
-        turn.started_at = turn.started_at or turn.claimed_at
-        turn.save(update_fields=["status", "attempts", "started_at", "claimed_at"])
+        turn.save(update_fields=_claim_fields(turn=turn))
         return turn
+
+
+def _claim_fields(*, turn: Turn) -> list[str]:
+    """Apply one claim to `turn` in memory; the fields it changed. A replied turn's run only delivers: its delivery
+    attempt is counted in the claim's own UPDATE."""
+    turn.claimed_at = timezone.now()
+    if turn.reply_message_id is not None:
+        turn.status = Turn.Status.REPLIED
+        turn.delivery_attempts += 1
+        return ["status", "claimed_at", "delivery_attempts"]
+    turn.status = Turn.Status.RUNNING
+    turn.attempts += 1
+    turn.started_at = turn.started_at or turn.claimed_at
+    return ["status", "attempts", "started_at", "claimed_at"]
 
 
 def turn_prepared_store(
