@@ -279,7 +279,8 @@ class FeishuChannel(TurnChannel):
                     text=handoff_text_render(text=reply.content, targets=targets, reply_format=bot_reply_format(bot)),
                     source_message_id=turn.source_message_id,
                     reply_format=bot_reply_format(bot),
-                )
+                ),
+                sending_now=True,
             )
             message_ids = [row.feishu_message_id for row in rows_send(rows=rows)]
         first_message_id = next((message_id for message_id in message_ids if message_id), "")

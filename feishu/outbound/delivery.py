@@ -76,11 +76,13 @@ class OutgoingText:
     first_chunk_index: int = 0
 
 
-def deliveries_prepare(*, outgoing: OutgoingText) -> list[OutboundDelivery]:
+def deliveries_prepare(*, outgoing: OutgoingText, sending_now: bool = False) -> list[OutboundDelivery]:
     """One row per chunk, created before anything is sent; a repeated call returns the same rows.
 
     Insert first (in a savepoint): a new reply, the common case, costs one INSERT per chunk; the uuid's unique
-    constraint turns a repeated call (a re-run's delivery) into a read of the row it made.
+    constraint turns a repeated call (a re-run's delivery) into a read of the row it made. `sending_now`: the
+    caller sends the rows at once (`deliveries_send`), so a new row is inserted with its first attempt counted
+    and the send does not count it again (one UPDATE fewer per chunk, issue 28).
     """
     rows = []
     limit = TEXT_CHUNK_CHARS if outgoing.reply_format == "text" else CARD_CHUNK_CHARS
@@ -103,7 +105,9 @@ def deliveries_prepare(*, outgoing: OutgoingText) -> list[OutboundDelivery]:
                     reply_in_thread=outgoing.reply_in_thread,
                     msg_type=MSG_TYPE_OF_FORMAT[outgoing.reply_format],
                     content=chunk,
+                    attempts=1 if sending_now else 0,
                 )
+            row.attempt_counted = sending_now
         except IntegrityError:  # made by an earlier call (or a concurrent one): that row
             row = OutboundDelivery.objects.get(uuid=uuid)
         rows.append(row)
@@ -115,7 +119,10 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
     if delivery.status in (OutboundDelivery.Status.SENT, OutboundDelivery.Status.RECORDED):
         return delivery
     bot = delivery.bot
-    OutboundDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
+    if delivery.attempt_counted:  # inserted a moment ago with this attempt counted (deliveries_prepare)
+        delivery.attempt_counted = False
+    else:
+        OutboundDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
     if not bot.has_feishu_credentials:
         delivery.status = OutboundDelivery.Status.RECORDED
         delivery.sent_at = timezone.now()
@@ -178,7 +185,7 @@ def plain_replies_send(*, outgoing: OutgoingText) -> list[str]:
     """A whole text as plain text replies (whatever `reply_format` says), rows first (fixed uuids: a repeated
     call sends only what is not sent yet); the message ids, in order. The streaming card's fallback. Raises
     FeishuApiError as `delivery_send`."""
-    rows = deliveries_prepare(outgoing=replace(outgoing, reply_format="text"))
+    rows = deliveries_prepare(outgoing=replace(outgoing, reply_format="text"), sending_now=True)
     return [row.feishu_message_id for row in deliveries_send(deliveries=rows)]
 
 
