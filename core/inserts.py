@@ -6,7 +6,9 @@ the new row's id does the same in one. PostgreSQL and SQLite >= 3.35 both suppor
 """
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import Model, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.sql import UpdateQuery
 
 from core.columns import column_name
 
@@ -36,3 +38,37 @@ def insert_unless_exists(*, instance: Model, conflict_fields: tuple[str, ...]) -
     instance._state.adding = False
     instance._state.db = connection.alias
     return True
+
+
+def insert_with_update(*, instance: Model, queryset: QuerySet, values: dict, reference: str) -> int:
+    """INSERT `instance` (unsaved) and UPDATE `queryset` with `values` plus `reference` (a foreign key of the
+    updated model) pointing at the new row; the number of rows updated. Call it inside a transaction: when the
+    update matches nothing, the insert has happened all the same and the caller rolls it back.
+
+    On PostgreSQL one statement, the insert a data-modifying CTE of the conditional UPDATE (issue 28: one round trip
+    fewer for a turn's user_message and for its reply); SQLite has no DML in a WITH clause: two statements."""
+    if connection.vendor != "postgresql":
+        instance.save(force_insert=True)
+        return queryset.update(**values, **{reference: instance})
+    meta = instance._meta
+    quote = connection.ops.quote_name
+    fields = [field for field in meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(quote(column_name(field)) for field in fields)
+    params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
+    pk_column = quote(column_name(meta.pk))
+    insert = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+    update = queryset.query.chain(UpdateQuery)
+    update.add_update_values({**values, reference: RawSQL(f"SELECT {pk_column} FROM new_row", [])})
+    update_sql, update_params = update.get_compiler(connection=connection).as_sql()
+    reference_column = quote(column_name(queryset.model._meta.get_field(reference)))  # type: ignore[arg-type]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH new_row AS ({insert} RETURNING {pk_column}) {update_sql} RETURNING {reference_column}",
+            [*params, *update_params],
+        )
+        rows = cursor.fetchall()
+    if rows:
+        instance.pk = rows[0][0]
+        instance._state.adding = False
+        instance._state.db = connection.alias
+    return len(rows)

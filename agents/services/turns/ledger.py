@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
 from agents.secrets import hub_secrets
-from agents.services.threads import message_create
-from core.inserts import insert_unless_exists
+from agents.services.threads import message_build, message_created_log
+from core.inserts import insert_unless_exists, insert_with_update
 from core.redaction import redact, redacted
 from core.text import storable_text
 
@@ -144,21 +144,30 @@ def turn_prepared_store(
     """
     with transaction.atomic():
         content, prompt = storable_text(content), storable_text(prompt)
-        message = message_create(
+        message = message_build(
             thread=turn.thread,
             kind=Message.Kind.USER_MESSAGE,
             content=content or prompt,
             prompt=prompt if prompt and prompt != content else "",
             author=author,
         )
-        # Merged, not replaced: the claim may have noted the turns this one collected (conversation.turns_collect).
-        won = Turn.objects.filter(pk=turn.pk, user_message__isnull=True).update(
-            user_message=message,
-            context_decision_id=context_decision_id,
-            channel_state=JSONKeysReplaced("channel_state", channel_state) if channel_state else F("channel_state"),
+        # The message rides in the conditional UPDATE's statement (PostgreSQL; issue 28). Merged, not replaced: the
+        # claim may have noted the turns this one collected (conversation.turns_collect).
+        won = insert_with_update(
+            instance=message,
+            queryset=Turn.objects.filter(pk=turn.pk, user_message__isnull=True),
+            values={
+                "context_decision_id": context_decision_id,
+                "channel_state": (
+                    JSONKeysReplaced("channel_state", channel_state) if channel_state else F("channel_state")
+                ),
+            },
+            reference="user_message",
         )
         if not won:
             transaction.set_rollback(True)  # another run recorded its prompt first: ours goes
+    if won:
+        message_created_log(message=message)
     if not won:
         return Turn.objects.select_related("user_message", "thread", "bot__primary_model__provider").get(pk=turn.pk)
     turn.user_message = message
@@ -212,27 +221,34 @@ def turn_reply_store(
     with transaction.atomic():
         # The conditional UPDATE is the guard: on PostgreSQL a concurrent finisher's UPDATE waits for this row
         # lock, then re-checks `reply_message IS NULL` and matches nothing.
-        reply = message_create(
+        reply = message_build(
             thread=turn.thread,
             kind=Message.Kind.AGENT_REPLY,
             content=clean.text,
             author=turn.bot.name,
             usage=usage,
         )
-        won = Turn.objects.filter(pk=turn.pk, reply_message__isnull=True, status__in=OPEN_STATUSES).update(
-            reply_message=reply,
-            status=Turn.Status.REPLIED,
-            usage=usage,
-            model_input=model_input,
-            retry_history=history,
-            error="",
-            replied_at=timezone.now(),
-            delivery_attempts=F("delivery_attempts") + 1,
-            redaction_count=F("redaction_count") + clean.count,
+        # The reply rides in the conditional UPDATE's statement (PostgreSQL; issue 28).
+        won = insert_with_update(
+            instance=reply,
+            queryset=Turn.objects.filter(pk=turn.pk, reply_message__isnull=True, status__in=OPEN_STATUSES),
+            values={
+                "status": Turn.Status.REPLIED,
+                "usage": usage,
+                "model_input": model_input,
+                "retry_history": history,
+                "error": "",
+                "replied_at": timezone.now(),
+                "delivery_attempts": F("delivery_attempts") + 1,
+                "redaction_count": F("redaction_count") + clean.count,
+            },
+            reference="reply_message",
         )
         if not won:
             # Another run of this turn stored its reply first: drop ours (rolled back with this transaction).
             transaction.set_rollback(True)
+    if won:
+        message_created_log(message=reply)
     if not won:
         turn.refresh_from_db()  # the winner's reply and notes (e.g. its streaming card) are what gets delivered
         turn_delivery_attempt_count(turn=turn)
