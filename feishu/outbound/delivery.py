@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot, Turn
+from core.inserts import insert_or_refresh
 from core.text import TranslatableText
 from feishu.inbound.messages import bot_text
 from feishu.models import OutboundDelivery
@@ -198,13 +199,13 @@ def stream_deliveries_record(
     reply_in_thread: bool,
     state: StreamState,
     uuid_base: str,
-) -> list[OutboundDelivery]:
+) -> None:
     """The cards a streamed reply posted, as sent rows in order (a plain fallback has its own rows, written by
     `plain_replies_send` before it is sent, after these).
 
     Written as soon as a message id is known (the card's echo and a reply to it are recognised while it streams)
     and again when the answer is finished, with what each card shows. Keyed by the controller's own uuids, so a
-    re-run finds the same rows.
+    re-run (or a concurrent one) finds the same rows: one upsert per card, its content refreshed when it changed.
     """
     entries: list[tuple[str, str, str, str]] = []  # (uuid, message_id, msg_type, content)
     for index, card in enumerate(state.closed_cards):
@@ -213,35 +214,25 @@ def stream_deliveries_record(
     if state.message_id:
         uuid = stream_uuid(uuid_base=uuid_base, kind="c", index=state.card_index)
         entries.append((uuid, state.message_id, "interactive", state.shown))
-    rows = []
     now = timezone.now()
     for chunk_index, (uuid, message_id, msg_type, content) in enumerate(entries):
         if not message_id:
             continue
-        values = {
-            "bot": bot,
-            "turn": turn,
-            "chunk_index": chunk_index,
-            "chat_id": chat_id,
-            "reply_to_message_id": reply_to_message_id,
-            "reply_in_thread": reply_in_thread,
-            "msg_type": msg_type,
-            "status": OutboundDelivery.Status.SENT,
-            "feishu_message_id": message_id,
-            "sent_at": now,
-        }
-        try:
-            with transaction.atomic():
-                row, created = OutboundDelivery.objects.get_or_create(
-                    uuid=uuid, defaults={**values, "content": content}
-                )
-        except IntegrityError:  # a concurrent run recorded it first
-            row, created = OutboundDelivery.objects.get(uuid=uuid), False
-        if not created and content and row.content != content:
-            row.content = content
-            row.save(update_fields=["content"])
-        rows.append(row)
-    return rows
+        row = OutboundDelivery(
+            uuid=uuid,
+            bot=bot,
+            turn=turn,
+            chunk_index=chunk_index,
+            chat_id=chat_id,
+            reply_to_message_id=reply_to_message_id,
+            reply_in_thread=reply_in_thread,
+            msg_type=msg_type,
+            status=OutboundDelivery.Status.SENT,
+            feishu_message_id=message_id,
+            sent_at=now,
+            content=content,
+        )
+        insert_or_refresh(instance=row, conflict_fields=("uuid",), refreshed="content")
 
 
 def feishu_notice_send(
