@@ -22,7 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot, Turn
-from core.inserts import insert_or_refresh
+from core.statements import insert_or_refresh
 from core.text import TranslatableText
 from feishu.inbound.messages import bot_text
 from feishu.models import OutboundDelivery

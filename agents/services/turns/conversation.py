@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from agents.models import Bot, Thread, Turn
@@ -120,13 +120,43 @@ def conversation_next_start(*, thread_id: int) -> int | None:
         head = _head(thread_id=thread_id)
         if head is None or head.status != Turn.Status.QUEUED or head.enqueued_at is not None:
             return None
-        # Conditional stamp: of two finishers (or a finisher and the sweeper), one enqueues it.
-        if not Turn.objects.filter(pk=head.pk, enqueued_at__isnull=True).update(enqueued_at=timezone.now()):
-            return None
-        head_id = head.pk
-        transaction.on_commit(lambda: turn_enqueue(turn_id=head_id))
+        return _deferred_start(thread_id=thread_id, head_id=head.pk)
+
+
+def _deferred_start(*, thread_id: int, head_id: int) -> int | None:
+    """Inside the transaction holding the conversation: enqueue its deferred head after commit. Conditional stamp:
+    of two finishers (or a finisher and the sweeper), one enqueues it."""
+    if not Turn.objects.filter(pk=head_id, enqueued_at__isnull=True).update(enqueued_at=timezone.now()):
+        return None
+    transaction.on_commit(lambda: turn_enqueue(turn_id=head_id))
     logger.info("conversation handed on", extra={"thread_id": thread_id, "turn_id": head_id})
     return head_id
+
+
+def turn_delivered_hand_on(*, turn: Turn) -> None:
+    """Mark a replied turn delivered and hand its conversation on, in one transaction holding the thread: the
+    finish's UPDATE reads the next turn (the oldest other turn holding the conversation, when it is deferred) in
+    its own statement (issue 28: lock, UPDATE; before, the UPDATE, then lock and read). The read comes after the
+    lock, so a claim that deferred a turn meanwhile has committed and is seen, as in `conversation_next_start`.
+    A turn no longer replied (another run finished it) hands on the usual way."""
+    deferred_head = Case(
+        When(status=Turn.Status.QUEUED, enqueued_at__isnull=True, then=F("pk")), default=Value(0)
+    )
+    head = (
+        Turn.objects.filter(thread_id=turn.thread_id, status__in=HOLDING_STATUSES)
+        .exclude(pk=turn.pk)  # the finishing turn, read as it was before this UPDATE
+        .order_by("pk")
+        .annotate(deferred_head=deferred_head)
+        .values("deferred_head")[:1]
+    )
+    with transaction.atomic():
+        conversation_lock(thread_id=turn.thread_id)
+        rows = ledger.turn_mark_delivered_reading(turn=turn, returning=head)
+        if rows:
+            if rows[0][0]:
+                _deferred_start(thread_id=turn.thread_id, head_id=int(rows[0][0]))
+            return
+    conversation_next_start(thread_id=turn.thread_id)
 
 
 def _collectable(*, turn: Turn) -> bool:

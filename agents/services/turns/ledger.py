@@ -15,13 +15,13 @@ import time
 from datetime import datetime
 
 from django.db import NotSupportedError, models, transaction
-from django.db.models import F, Func
+from django.db.models import F, Func, QuerySet
 from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
 from agents.secrets import hub_secrets
 from agents.services.threads import message_build, message_created_log
-from core.inserts import insert_unless_exists, insert_with_update
+from core.statements import insert_unless_exists, insert_with_update, update_returning
 from core.redaction import redact, redacted
 from core.text import storable_text
 
@@ -286,6 +286,19 @@ def _finish(*, turn_id: int, status: str, from_statuses, now: datetime | None = 
 
 def turn_mark_delivered(*, turn: Turn) -> bool:
     return _finish(turn_id=turn.pk, status=Turn.Status.DELIVERED, from_statuses=[Turn.Status.REPLIED], error="")
+
+
+def turn_mark_delivered_reading(*, turn: Turn, returning: QuerySet) -> list[tuple]:
+    """`turn_mark_delivered` whose UPDATE also reads the one value `returning` selects (conversation's next turn,
+    issue 28): [(value,)] when the turn was marked, [] when it was not replied any more."""
+    rows = update_returning(
+        queryset=Turn.objects.filter(pk=turn.pk, status=Turn.Status.REPLIED),
+        values={"status": Turn.Status.DELIVERED, "finished_at": timezone.now(), "error": ""},
+        returning=returning,
+    )
+    if rows:
+        logger.info("turn finished", extra={"turn_id": turn.pk, "status": Turn.Status.DELIVERED, "error": ""})
+    return rows
 
 
 def turn_mark_delivery_failed(*, turn: Turn, error: str) -> bool:

@@ -1,8 +1,13 @@
-"""INSERT ... ON CONFLICT DO NOTHING RETURNING for one row: idempotent creation without a savepoint (issue 28).
+"""Statements the ORM cannot write, for the per-message hot paths (issue 28): each does in one round trip what
+took two to four.
 
-`Model.objects.create` inside a transaction needs a savepoint around it to survive the unique constraint's
-IntegrityError (SAVEPOINT, INSERT, RELEASE: three statements); an insert that skips a conflicting row and returns
-the new row's id does the same in one. PostgreSQL and SQLite >= 3.35 both support it.
+- `insert_unless_exists`: `Model.objects.create` inside a transaction needs a savepoint around it to survive the
+  unique constraint's IntegrityError (SAVEPOINT, INSERT, RELEASE: three statements); an insert that skips a
+  conflicting row and returns the new row's id does the same in one.
+- `insert_with_update`: a row inserted and the row that points at it updated (a data-modifying CTE, PostgreSQL).
+- `insert_or_refresh`: an upsert that refreshes one column.
+- `update_returning`: an UPDATE that also reads one value (a subquery in RETURNING).
+PostgreSQL and SQLite >= 3.35 support all but the CTE (SQLite falls back to two statements there).
 """
 
 from django.db import connection
@@ -94,3 +99,17 @@ def insert_or_refresh(*, instance: Model, conflict_fields: tuple[str, ...], refr
             f" WHERE excluded.{column} <> '' AND {table}.{column} <> excluded.{column}",
             params,
         )
+
+
+def update_returning(*, queryset: QuerySet, values: dict, returning: QuerySet) -> list[tuple]:
+    """UPDATE `queryset` with `values`, returning for each updated row the one value `returning` (a one-column
+    query, correlated or not) reads: one statement where an UPDATE and a read took two. PostgreSQL and SQLite
+    (>= 3.35) both take a subquery in RETURNING; it sees the database as the statement started (the updated rows
+    as they were), so a caller excludes them when it must."""
+    update = queryset.query.chain(UpdateQuery)
+    update.add_update_values(values)
+    update_sql, update_params = update.get_compiler(connection=connection).as_sql()
+    returning_sql, returning_params = returning.query.get_compiler(connection=connection).as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(f"{update_sql} RETURNING ({returning_sql})", [*update_params, *returning_params])
+        return cursor.fetchall()
