@@ -7,6 +7,7 @@ took two to four.
 - `insert_with_update`: a row inserted and the row that points at it updated (a data-modifying CTE, PostgreSQL).
 - `insert_or_refresh`: an upsert that refreshes one column.
 - `update_returning`: an UPDATE that also reads one value (a subquery in RETURNING).
+- `update_carrying`: an UPDATE that carries another table's UPDATE (a data-modifying CTE, PostgreSQL).
 PostgreSQL and SQLite >= 3.35 support all but the CTE (SQLite falls back to two statements there).
 """
 
@@ -113,3 +114,22 @@ def update_returning(*, queryset: QuerySet, values: dict, returning: QuerySet) -
     with connection.cursor() as cursor:
         cursor.execute(f"{update_sql} RETURNING ({returning_sql})", [*update_params, *returning_params])
         return cursor.fetchall()
+
+
+def update_carrying(*, queryset: QuerySet, values: dict, carried_write: tuple[str, list] | None) -> int:
+    """UPDATE `queryset` with `values`, with `carried_write` (an UPDATE of another table, as (sql, params)) in the
+    same statement on PostgreSQL: a data-modifying CTE runs exactly once, whatever the main statement matches. SQLite
+    has no DML in a WITH clause: there it runs just before, in the caller's transaction. The rows updated."""
+    carried_sql, carried_params = carried_write or ("", [])
+    if not carried_sql:
+        return queryset.update(**values)
+    update = queryset.query.chain(UpdateQuery)
+    update.add_update_values(values)
+    update_sql, update_params = update.get_compiler(connection=connection).as_sql()
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            cursor.execute(carried_sql, carried_params)
+            cursor.execute(update_sql, update_params)
+        else:
+            cursor.execute(f"WITH carried_write AS ({carried_sql}) {update_sql}", [*carried_params, *update_params])
+        return cursor.rowcount
