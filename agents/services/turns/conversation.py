@@ -36,6 +36,7 @@ from django.utils import timezone
 from agents.models import Bot, Thread, Turn
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns import ledger
+from agents.services.turns.channels import channel_named
 from agents.services.turns.ledger import OPEN_STATUSES, JSONKeysReplaced
 
 logger = logging.getLogger(__name__)
@@ -63,14 +64,15 @@ def turn_claim_in_order(*, turn_id: int) -> Turn | str | None:
     A first run takes along the requests waiting behind it (collect)."""
     with transaction.atomic():
         # The turn's thread, locked until the claim commits (PostgreSQL; SQLite serialises its writers): one read.
-        locked = Thread.objects.select_for_update(of=("self",)).filter(turns__pk=turn_id).values_list("pk", flat=True)
-        thread_id = next(iter(locked), None)
+        locked = Thread.objects.select_for_update(of=("self",)).filter(turns__pk=turn_id).values_list("pk", "channel")
+        thread_id, channel = next(iter(locked), (None, ""))
         if thread_id is None:
             return None
         # The turn and every turn holding its conversation, in one read under the lock (issue 28): what is ahead,
-        # and what a first run collects, are decided from it.
+        # and what a first run collects, are decided from it; the channel's own reads ride along (claim_reads).
         rows = list(
             Turn.objects.select_related(*ledger.CLAIM_RELATED)
+            .annotate(**channel_named(channel).claim_reads())
             .filter(thread_id=thread_id)
             .filter(Q(pk=turn_id) | Q(status__in=HOLDING_STATUSES))
         )
