@@ -80,11 +80,14 @@ def insert_with_update(*, instance: Model, queryset: QuerySet, values: dict, ref
     return len(rows)
 
 
-def insert_or_refresh(*, instance: Model, conflict_fields: tuple[str, ...], refreshed: str) -> None:
+def insert_or_refresh(
+    *, instance: Model, conflict_fields: tuple[str, ...], refreshed: str, carried_write: tuple[str, list] | None = None
+) -> None:
     """INSERT `instance` (unsaved); when a row with the same `conflict_fields` exists, only its `refreshed` column
     takes the new value, and only when that value is not empty and differs. One statement either way (an upsert:
     PostgreSQL, SQLite >= 3.24), where reading the row first, then inserting it in a savepoint or updating it, took
-    two to four (issue 28). The instance gets no pk (the callers need none)."""
+    two to four (issue 28). The instance gets no pk (the callers need none). `carried_write`: another table's
+    UPDATE in the same statement on PostgreSQL (see `update_carrying`), just before it on SQLite."""
     meta = instance._meta
     quote = connection.ops.quote_name
     fields = [field for field in meta.concrete_fields if not field.primary_key]
@@ -93,12 +96,17 @@ def insert_or_refresh(*, instance: Model, conflict_fields: tuple[str, ...], refr
     table = quote(meta.db_table)
     conflict = ", ".join(quote(column_name(meta.get_field(name))) for name in conflict_fields)  # type: ignore[arg-type]
     column = quote(column_name(meta.get_field(refreshed)))  # type: ignore[arg-type]
+    carried_sql, carried_params = carried_write or ("", [])
     with connection.cursor() as cursor:
+        if carried_sql and connection.vendor != "postgresql":
+            cursor.execute(carried_sql, carried_params)
+            carried_sql, carried_params = "", []
         cursor.execute(
-            f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+            (f"WITH carried_write AS ({carried_sql}) " if carried_sql else "")
+            + f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
             f" ON CONFLICT ({conflict}) DO UPDATE SET {column} = excluded.{column}"
             f" WHERE excluded.{column} <> '' AND {table}.{column} <> excluded.{column}",
-            params,
+            [*carried_params, *params],
         )
 
 
@@ -114,6 +122,14 @@ def update_returning(*, queryset: QuerySet, values: dict, returning: QuerySet) -
     with connection.cursor() as cursor:
         cursor.execute(f"{update_sql} RETURNING ({returning_sql})", [*update_params, *returning_params])
         return cursor.fetchall()
+
+
+def update_statement(*, queryset: QuerySet, values: dict) -> tuple[str, list]:
+    """The UPDATE `queryset.update(**values)` would run, as (sql, params): for a statement that carries it."""
+    update = queryset.query.chain(UpdateQuery)
+    update.add_update_values(values)
+    sql, params = update.get_compiler(connection=connection).as_sql()
+    return sql, list(params)
 
 
 def update_carrying(*, queryset: QuerySet, values: dict, carried_write: tuple[str, list] | None) -> int:

@@ -65,9 +65,10 @@ MAX_QUERIES = {
     # and closed, each Feishu call taking from the send budget (table rows here: about half of the 46; one Redis
     # script with REDIS_URL), each card/receipt note stored on the turn before its call, one UPDATE each (the
     # database merges it). 71 when streaming landed; 49 after issue 11's cuts above (+1 for a budget wait); 48
-    # without the MCP servers' read; 55 with issue 22's 6; 46 after issue 28's cuts above and the card's rows
-    # written with one upsert each.
-    "turn_card": 46,
+    # without the MCP servers' read; 55 with issue 22's 6; 45 after issue 28's cuts above, the card's rows written
+    # with one upsert each and not again by the delivery's controller (on PostgreSQL the card's state rides in its
+    # row's statement when a message is posted).
+    "turn_card": 45,
 }
 # Where PostgreSQL needs fewer: a new context event and its item are one statement there, the wake and the event's
 # finish another, the user_message and the reply each ride in their turn's UPDATE (data-modifying CTEs).
@@ -76,7 +77,7 @@ MAX_QUERIES_POSTGRESQL = {
     "mention_in_topic": 7,
     "discuss_unaddressed": 3,
     "turn": 15,
-    "turn_card": 24,
+    "turn_card": 22,
 }
 
 

@@ -48,8 +48,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # Statements per phase, savepoints included. PostgreSQL writes a row together with the row that points at it (a
 # data-modifying CTE); SQLite has no DML in a WITH clause and takes one statement more for each such pair.
 MAX_STATEMENTS = {
-    "postgresql": {"webhook": 1, "intake": 6, "turn": 14, "turn_card": 23, "discuss": 3},
-    "sqlite": {"webhook": 1, "intake": 8, "turn": 23, "turn_card": 31, "discuss": 6},
+    "postgresql": {"webhook": 1, "intake": 6, "turn": 14, "turn_card": 21, "discuss": 3},
+    "sqlite": {"webhook": 1, "intake": 8, "turn": 23, "turn_card": 30, "discuss": 6},
 }
 BUDGET_MODULE = "feishu/outbound/budget.py"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

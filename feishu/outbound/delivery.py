@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -199,6 +199,7 @@ def stream_deliveries_record(
     reply_in_thread: bool,
     state: StreamState,
     uuid_base: str,
+    carried_write: tuple[str, list] | None = None,
 ) -> None:
     """The cards a streamed reply posted, as sent rows in order (a plain fallback has its own rows, written by
     `plain_replies_send` before it is sent, after these).
@@ -206,6 +207,7 @@ def stream_deliveries_record(
     Written as soon as a message id is known (the card's echo and a reply to it are recognised while it streams)
     and again when the answer is finished, with what each card shows. Keyed by the controller's own uuids, so a
     re-run (or a concurrent one) finds the same rows: one upsert per card, its content refreshed when it changed.
+    `carried_write`: the caller's UPDATE (the card's state on the turn), carried by the first row's statement.
     """
     entries: list[tuple[str, str, str, str]] = []  # (uuid, message_id, msg_type, content)
     for index, card in enumerate(state.closed_cards):
@@ -232,7 +234,11 @@ def stream_deliveries_record(
             sent_at=now,
             content=content,
         )
-        insert_or_refresh(instance=row, conflict_fields=("uuid",), refreshed="content")
+        insert_or_refresh(instance=row, conflict_fields=("uuid",), refreshed="content", carried_write=carried_write)
+        carried_write = None
+    if carried_write is not None:  # no row to carry it
+        with connection.cursor() as cursor:
+            cursor.execute(*carried_write)
 
 
 def feishu_notice_send(

@@ -21,7 +21,7 @@ from django.utils import timezone
 from agents.models import Bot, Message, Thread, Turn
 from agents.secrets import hub_secrets
 from agents.services.threads import message_build, message_created_log
-from core.statements import insert_unless_exists, insert_with_update, update_returning
+from core.statements import insert_unless_exists, insert_with_update, update_returning, update_statement
 from core.redaction import redact, redacted
 from core.text import storable_text
 
@@ -366,6 +366,16 @@ def turn_channel_state_merge(*, turn: Turn, values: dict) -> dict:
     Turn.objects.filter(pk=turn.pk).update(channel_state=JSONKeysReplaced("channel_state", values))
     turn.channel_state = {**(turn.channel_state or {}), **values}
     return turn.channel_state
+
+
+def turn_channel_state_merge_statement(*, turn: Turn, values: dict) -> tuple[str, list]:
+    """`turn_channel_state_merge`'s UPDATE as (sql, params), for a caller that runs it inside its own statement at
+    once (issue 28); `turn.channel_state` is updated in place as that UPDATE will."""
+    statement = update_statement(
+        queryset=Turn.objects.filter(pk=turn.pk), values={"channel_state": JSONKeysReplaced("channel_state", values)}
+    )
+    turn.channel_state = {**(turn.channel_state or {}), **values}
+    return statement
 
 
 def turn_channel_state_add(*, turn: Turn, key: str, value: dict) -> bool:
