@@ -11,12 +11,14 @@ took two to four.
 PostgreSQL and SQLite >= 3.35 support all but the CTE (SQLite falls back to two statements there).
 """
 
+from typing import cast
+
 from django.db import connection
 from django.db.models import Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.sql import UpdateQuery
 
-from core.columns import column_name
+from core.columns import column_name, concrete_field
 
 
 def insert_unless_exists(*, instance: Model, conflict_fields: tuple[str, ...]) -> bool:
@@ -30,7 +32,7 @@ def insert_unless_exists(*, instance: Model, conflict_fields: tuple[str, ...]) -
     fields = [field for field in meta.concrete_fields if not field.primary_key]
     columns = ", ".join(quote(column_name(field)) for field in fields)
     params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
-    conflict = ", ".join(quote(column_name(meta.get_field(name))) for name in conflict_fields)  # type: ignore[arg-type]
+    conflict = ", ".join(quote(column_name(concrete_field(type(instance), name))) for name in conflict_fields)
     sql = (
         f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
         f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(column_name(meta.pk))}"
@@ -63,10 +65,10 @@ def insert_with_update(*, instance: Model, queryset: QuerySet, values: dict, ref
     params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
     pk_column = quote(column_name(meta.pk))
     insert = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
-    update = queryset.query.chain(UpdateQuery)
-    update.add_update_values({**values, reference: RawSQL(f"SELECT {pk_column} FROM new_row", [])})
-    update_sql, update_params = update.get_compiler(connection=connection).as_sql()
-    reference_column = quote(column_name(queryset.model._meta.get_field(reference)))  # type: ignore[arg-type]
+    update_sql, update_params = update_statement(
+        queryset=queryset, values={**values, reference: RawSQL(f"SELECT {pk_column} FROM new_row", [])}
+    )
+    reference_column = quote(column_name(concrete_field(queryset.model, reference)))
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH new_row AS ({insert} RETURNING {pk_column}) {update_sql} RETURNING {reference_column}",
@@ -94,8 +96,8 @@ def insert_or_refresh(
     columns = ", ".join(quote(column_name(field)) for field in fields)
     params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
     table = quote(meta.db_table)
-    conflict = ", ".join(quote(column_name(meta.get_field(name))) for name in conflict_fields)  # type: ignore[arg-type]
-    column = quote(column_name(meta.get_field(refreshed)))  # type: ignore[arg-type]
+    conflict = ", ".join(quote(column_name(concrete_field(type(instance), name))) for name in conflict_fields)
+    column = quote(column_name(concrete_field(type(instance), refreshed)))
     carried_sql, carried_params = carried_write or ("", [])
     with connection.cursor() as cursor:
         if carried_sql and connection.vendor != "postgresql":
@@ -115,9 +117,7 @@ def update_returning(*, queryset: QuerySet, values: dict, returning: QuerySet) -
     query, correlated or not) reads: one statement where an UPDATE and a read took two. PostgreSQL and SQLite
     (>= 3.35) both take a subquery in RETURNING; it sees the database as the statement started (the updated rows
     as they were), so a caller excludes them when it must."""
-    update = queryset.query.chain(UpdateQuery)
-    update.add_update_values(values)
-    update_sql, update_params = update.get_compiler(connection=connection).as_sql()
+    update_sql, update_params = update_statement(queryset=queryset, values=values)
     returning_sql, returning_params = returning.query.get_compiler(connection=connection).as_sql()
     with connection.cursor() as cursor:
         cursor.execute(f"{update_sql} RETURNING ({returning_sql})", [*update_params, *returning_params])
@@ -126,7 +126,7 @@ def update_returning(*, queryset: QuerySet, values: dict, returning: QuerySet) -
 
 def update_statement(*, queryset: QuerySet, values: dict) -> tuple[str, list]:
     """The UPDATE `queryset.update(**values)` would run, as (sql, params): for a statement that carries it."""
-    update = queryset.query.chain(UpdateQuery)
+    update = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
     update.add_update_values(values)
     sql, params = update.get_compiler(connection=connection).as_sql()
     return sql, list(params)
@@ -139,9 +139,7 @@ def update_carrying(*, queryset: QuerySet, values: dict, carried_write: tuple[st
     carried_sql, carried_params = carried_write or ("", [])
     if not carried_sql:
         return queryset.update(**values)
-    update = queryset.query.chain(UpdateQuery)
-    update.add_update_values(values)
-    update_sql, update_params = update.get_compiler(connection=connection).as_sql()
+    update_sql, update_params = update_statement(queryset=queryset, values=values)
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             cursor.execute(carried_sql, carried_params)

@@ -95,34 +95,34 @@ def held(mocker):
     return mocker.patch.object(turn_run_task, "apply_async")
 
 
-def _post(client, bot, **message) -> InboundEvent:
+def _post(client, feishu_bot, **message) -> InboundEvent:
     payload = message_event_payload(
-        verification_token=bot.feishu_verification_token,
-        app_id=bot.feishu_app_id,
+        verification_token=feishu_bot.feishu_verification_token,
+        app_id=feishu_bot.feishu_app_id,
         chat_id="oc_group",
         sender_open_id="ou_alice",
         **message,
     )
-    request = event_request_build(payload=payload, encrypt_key=bot.feishu_encrypt_key)
+    request = event_request_build(payload=payload, encrypt_key=feishu_bot.feishu_encrypt_key)
     headers = {k: v for k, v in request.django_headers().items() if k != "HTTP_CONTENT_TYPE"}
     response = client.post(
-        f"/feishu/webhook/{bot.slug}/", data=request.body, content_type="application/json", **headers
+        f"/feishu/webhook/{feishu_bot.slug}/", data=request.body, content_type="application/json", **headers
     )
     assert response.status_code == 200
     return InboundEvent.objects.get(message_id=message["message_id"])
 
 
-def _mention(bot, text: str, message_id: str) -> dict:
+def _mention(feishu_bot, text: str, message_id: str) -> dict:
     return {
         "text": f"@_user_1 {text}",
         "message_id": message_id,
-        "mentions": [mention_entry(index=1, open_id=bot_open_id(bot), name=bot.name)],
+        "mentions": [mention_entry(index=1, open_id=bot_open_id(feishu_bot), name=feishu_bot.name)],
     }
 
 
-def _answered(client, bot, message_id: str) -> None:
+def _answered(client, feishu_bot, message_id: str) -> None:
     """One @ answered the whole way: the processes' caches (the bot, the workspace) are warm, as in a busy hub."""
-    event = _post(client, bot, **_mention(bot, "hello", message_id))
+    event = _post(client, feishu_bot, **_mention(feishu_bot, "hello", message_id))
     assert turn_run(turn_id=inbound_event_process(event_pk=event.pk).turn.pk) == "delivered"
 
 
@@ -144,7 +144,9 @@ def test_i28_an_at_mention_costs_its_bounded_statements_per_phase(
     _answered(client, bot, "om_warm_1")
     _answered(client, bot, "om_warm_2")
     # when: the next @, phase by phase (the test's own read of the stored event is left out of the webhook's count)
-    event, webhook = _counted("webhook", lambda: _post(client, bot, **_mention(bot, "summarise", "om_next")), skip_last=1)
+    event, webhook = _counted(
+        "webhook", lambda: _post(client, bot, **_mention(bot, "summarise", "om_next")), skip_last=1
+    )
     routed, intake = _counted("intake", lambda: inbound_event_process(event_pk=event.pk))
     outcome, turn = _counted(turn_phase, lambda: turn_run(turn_id=routed.turn.pk))
     # then: answered in the main timeline, within the bounds above

@@ -141,9 +141,7 @@ def turn_delivered_hand_on(*, turn: Turn) -> None:
     its own statement (issue 28: lock, UPDATE; before, the UPDATE, then lock and read). The read comes after the
     lock, so a claim that deferred a turn meanwhile has committed and is seen, as in `conversation_next_start`.
     A turn no longer replied (another run finished it) hands on the usual way."""
-    deferred_head = Case(
-        When(status=Turn.Status.QUEUED, enqueued_at__isnull=True, then=F("pk")), default=Value(0)
-    )
+    deferred_head = Case(When(status=Turn.Status.QUEUED, enqueued_at__isnull=True, then=F("pk")), default=Value(0))
     head = (
         Turn.objects.filter(thread_id=turn.thread_id, status__in=HOLDING_STATUSES)
         .exclude(pk=turn.pk)  # the finishing turn, read as it was before this UPDATE

@@ -21,8 +21,8 @@ from django.utils import timezone
 from agents.models import Bot, Message, Thread, Turn
 from agents.secrets import hub_secrets
 from agents.services.threads import message_build, message_created_log
-from core.statements import insert_unless_exists, insert_with_update, update_returning, update_statement
 from core.redaction import redact, redacted
+from core.statements import insert_unless_exists, insert_with_update, update_returning, update_statement
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
