@@ -76,7 +76,9 @@ def turn_claim_in_order(*, turn_id: int) -> Turn | str | None:
             .filter(thread_id=thread_id)
             .filter(Q(pk=turn_id) | Q(status__in=HOLDING_STATUSES))
         )
-        read = next(row for row in rows if row.pk == turn_id)
+        read = next((row for row in rows if row.pk == turn_id), None)
+        if read is None:  # deleted since the lock's read (its bot or thread went)
+            return None
         others = [row for row in rows if row.pk != turn_id]
         if (
             read.status == Turn.Status.QUEUED
