@@ -110,6 +110,9 @@ class OutboundDelivery(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # Not a column: true on a row just inserted with its first attempt counted (a reply sent right after its row
+    # is written, issue 28), so that `delivery_send` does not count that attempt a second time.
+    attempt_counted = False
 
     class Meta:
         constraints = [

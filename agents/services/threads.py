@@ -41,6 +41,45 @@ def thread_create(*, bot: Bot, runtime_mode: str, channel: str, title: str = "",
     return thread
 
 
+def message_build(
+    *,
+    thread: Thread,
+    kind: str,
+    content: str,
+    prompt: str = "",
+    author: str = "",
+    external_message_id: str = "",
+    usage: dict | None = None,
+) -> Message:
+    """A message of `thread`, not saved yet, its visibility derived from the thread (the one place it is)."""
+    if kind not in Message.Kind.values:
+        raise InvalidMessageKindError(
+            f"Unknown message kind {kind!r}.", extra={"kind": kind, "allowed": list(Message.Kind.values)}
+        )
+    return Message(
+        thread=thread,
+        kind=kind,
+        visibility_mask=message_mask(runtime_mode=thread.runtime_mode, kind=kind),
+        content=content,
+        prompt=prompt,
+        author=author,
+        external_message_id=external_message_id,
+        usage=usage or {},
+    )
+
+
+def message_created_log(*, message: Message) -> None:
+    logger.info(
+        "message created",
+        extra={
+            "thread_id": message.thread_id,
+            "message_id": message.pk,
+            "kind": message.kind,
+            "visibility_mask": message.visibility_mask,
+        },
+    )
+
+
 def message_create(
     *,
     thread: Thread,
@@ -51,23 +90,15 @@ def message_create(
     external_message_id: str = "",
     usage: dict | None = None,
 ) -> Message:
-    if kind not in Message.Kind.values:
-        raise InvalidMessageKindError(
-            f"Unknown message kind {kind!r}.", extra={"kind": kind, "allowed": list(Message.Kind.values)}
-        )
-    mask = message_mask(runtime_mode=thread.runtime_mode, kind=kind)
-    message = Message.objects.create(
+    message = message_build(
         thread=thread,
         kind=kind,
-        visibility_mask=mask,
         content=content,
         prompt=prompt,
         author=author,
         external_message_id=external_message_id,
-        usage=usage or {},
+        usage=usage,
     )
-    logger.info(
-        "message created",
-        extra={"thread_id": thread.pk, "message_id": message.pk, "kind": kind, "visibility_mask": mask},
-    )
+    message.save(force_insert=True)
+    message_created_log(message=message)
     return message

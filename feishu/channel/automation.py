@@ -36,7 +36,8 @@ class FeishuAutomationChannel(AutomationChannel):
                 text=reply.content,
                 source_message_id=turn.source_message_id,
                 reply_format=bot_reply_format(turn.bot),
-            )
+            ),
+            sending_now=True,
         )
         rows_send(rows=rows)
 

@@ -7,6 +7,8 @@ binding; a retired topic, or a reply to an output of a retired session, answers 
 
 import logging
 
+from django.db.models import OuterRef, Subquery
+
 from agents.models import Bot, Thread
 from agents.services.threads import thread_create
 from feishu.inbound.parsing import ParsedMessage
@@ -49,6 +51,13 @@ def session_thread_resolve(*, bot: Bot, message) -> Thread:
     scope_key, _ = _scope_key(
         bot=bot, chat_id=message.chat_id, chat_type=message.chat_type, root_msg_id=message.effective_root_msg_id
     )
+    # The common case, a live session: its thread read through its binding in one statement (issue 28).
+    live = SessionBinding.objects.filter(
+        bot_profile=bot.slug, chat_id=message.chat_id, scope_key=scope_key, retired_at__isnull=True
+    ).values("agent_thread_id")[:1]
+    thread = next(iter(Thread.objects.filter(pk=Subquery(live))), None)
+    if thread is not None:
+        return thread
 
     def create_agent_thread() -> int:
         thread = thread_create(
@@ -71,6 +80,32 @@ def session_thread_resolve(*, bot: Bot, message) -> Thread:
 def session_binding_for_thread(*, thread: Thread):
     """The live binding that points at a thread (None when retired since)."""
     return SessionBinding.objects.filter(agent_thread_id=thread.pk, retired_at__isnull=True).order_by("-id").first()
+
+
+# The turn's live binding as the claim read it (FeishuChannel.claim_reads, issue 28): annotations of the run's Turn.
+BINDING_ID_READ = "feishu_binding_id"
+BINDING_ROOT_DELIVERED_READ = "feishu_binding_root_delivered"
+
+
+def session_binding_reads() -> dict:
+    """The live binding of a turn's thread (its id, whether its topic root went in), as subqueries correlated with
+    the turn's row."""
+    live = SessionBinding.objects.filter(agent_thread_id=OuterRef("thread_id"), retired_at__isnull=True)
+    live = live.order_by("-id")
+    return {
+        BINDING_ID_READ: Subquery(live.values("id")[:1]),
+        BINDING_ROOT_DELIVERED_READ: Subquery(live.values("topic_root_prompt_delivered")[:1]),
+    }
+
+
+def session_binding_state(*, turn) -> tuple[int | None, bool]:
+    """(the live binding's id, whether its topic root was delivered) for the turn's thread, as the claim read it
+    (or read now); (None, True) without a live binding: no root is due."""
+    if hasattr(turn, BINDING_ID_READ):
+        binding_id = getattr(turn, BINDING_ID_READ)
+        return (binding_id, bool(getattr(turn, BINDING_ROOT_DELIVERED_READ))) if binding_id else (None, True)
+    binding = session_binding_for_thread(thread=turn.thread)
+    return (binding.pk, binding.topic_root_prompt_delivered) if binding is not None else (None, True)
 
 
 def session_retire(*, bot: Bot, parsed: ParsedMessage) -> bool:

@@ -10,6 +10,8 @@ notice, a prompt without the root) is the channel's.
 
 import logging
 
+from django.db.models import OuterRef, Subquery
+
 from agents.models import Bot, Turn
 from feishu.inbound.messages import bot_secrets
 from feishu.inbound.parsing import ParsedMessage, content_text, message_parse
@@ -40,14 +42,29 @@ _SOURCE_PARSED_ATTRIBUTE = "_feishu_source_parsed"
 _UNREAD = object()
 
 
+# The stored payload as the claim read it (FeishuChannel.claim_reads, issue 28): an annotation of the run's Turn.
+SOURCE_PAYLOAD_READ = "feishu_source_payload"
+
+
+def source_payload_read() -> Subquery:
+    """The turn's stored Feishu payload, as a subquery correlated with the turn's row (null when not stored)."""
+    stored = InboundEvent.objects.filter(bot_id=OuterRef("bot_id"), message_id=OuterRef("source_message_id"))
+    return Subquery(stored.values("payload")[:1])
+
+
 def source_parsed(*, turn: Turn) -> ParsedMessage | None:
     """The turn's stored Feishu message, parsed; None when it is not stored (any more)."""
     parsed = getattr(turn, _SOURCE_PARSED_ATTRIBUTE, _UNREAD)
     if parsed is _UNREAD:
-        event = (
-            InboundEvent.objects.filter(bot_id=turn.bot_id, message_id=turn.source_message_id).only("payload").first()
-        )
-        parsed = message_parse(event.payload) if event is not None else None
+        payload = getattr(turn, SOURCE_PAYLOAD_READ, _UNREAD)
+        if payload is _UNREAD:  # a claim without the channel's reads (ledger.turn_claim's locked path)
+            event = (
+                InboundEvent.objects.filter(bot_id=turn.bot_id, message_id=turn.source_message_id)
+                .only("payload")
+                .first()
+            )
+            payload = event.payload if event is not None else None
+        parsed = message_parse(payload) if isinstance(payload, dict) else None
         setattr(turn, _SOURCE_PARSED_ATTRIBUTE, parsed)
     assert parsed is None or isinstance(parsed, ParsedMessage)  # only this function sets the attribute
     return parsed

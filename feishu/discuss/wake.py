@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from agents.models import Bot, Turn
 from core.columns import column_name
+from core.statements import update_carrying
 from core.tasks_enqueue import task_enqueue
 from feishu.models import DiscussWake
 from feishu.tasks import discuss_wake_fire_task
@@ -89,17 +90,36 @@ def discuss_wake_key(*, workspace: Workspace | None, root_msg_id: str) -> str:
     return root_msg_id
 
 
-def discuss_wakes_absorb(*, bot: Bot, workspace: Workspace | None, chat_id: str, root_msg_id: str, turn: Turn) -> int:
+def discuss_wakes_absorb(
+    *,
+    bot: Bot,
+    workspace: Workspace | None,
+    chat_id: str,
+    root_msg_id: str,
+    turn: Turn,
+    carried_write: tuple[str, list] | None = None,
+) -> int:
     """G4: an @ or a reply to the bot answers its timeline now: every wake of that timeline not yet answered ends
-    here (one answer, not two). A wake whose judge is running finds itself absorbed and starts no turn."""
+    here (one answer, not two). A wake whose judge is running finds itself absorbed and starts no turn.
+
+    `carried_write`: routing's "event done", in the same statement on PostgreSQL (issue 28), as the upsert's."""
     key = discuss_wake_key(workspace=workspace, root_msg_id=root_msg_id)
-    absorbed = DiscussWake.objects.filter(
-        Q(status__in=(DiscussWake.Status.PENDING, DiscussWake.Status.RUNNING))
-        | Q(status=DiscussWake.Status.FAILED, attempts__lt=MAX_ATTEMPTS),
-        bot=bot,
-        chat_id=chat_id,
-        root_msg_id=key,
-    ).update(status=DiscussWake.Status.DONE, error=f"{ABSORBED_ERROR} {turn.pk}", turn=turn, updated_at=timezone.now())
+    absorbed = update_carrying(
+        queryset=DiscussWake.objects.filter(
+            Q(status__in=(DiscussWake.Status.PENDING, DiscussWake.Status.RUNNING))
+            | Q(status=DiscussWake.Status.FAILED, attempts__lt=MAX_ATTEMPTS),
+            bot=bot,
+            chat_id=chat_id,
+            root_msg_id=key,
+        ),
+        values={
+            "status": DiscussWake.Status.DONE,
+            "error": f"{ABSORBED_ERROR} {turn.pk}",
+            "turn": turn,
+            "updated_at": timezone.now(),
+        },
+        carried_write=carried_write,
+    )
     if absorbed:
         logger.info("discuss wake absorbed", extra={"bot_id": bot.pk, "turn": turn.pk, "root_msg_id": key})
     return absorbed

@@ -242,7 +242,7 @@ def _group_message_route(
             return RouteResult(IGNORED_NOT_OWNER)  # owner_only: only the owner may trigger this bot (C2)
         is_mention = parsed.mentions_open_id(bot_open_id) or policy.at_all_addresses
         return _addressed_turn_start(
-            bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention
+            bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention, finish=finish
         )
     if policy.reply_mode == Bot.GroupReplyMode.DISCUSS and not command and not policy.is_at_all:
         if parsed.mentions and mentioned_peer_bots(parsed=parsed, peers=chat_peer_bots(chat_id=parsed.chat_id)):
@@ -252,18 +252,30 @@ def _group_message_route(
 
 
 def _addressed_turn_start(
-    *, bot: Bot, parsed: ParsedMessage, message: InboundMessage, workspace: Workspace, is_mention: bool
+    *,
+    bot: Bot,
+    parsed: ParsedMessage,
+    message: InboundMessage,
+    workspace: Workspace,
+    is_mention: bool,
+    finish: EventFinish | None = None,
 ) -> RouteResult:
-    """An @ of the bot (or a reply to it) starts its turn, which answers the timeline: no wake answers it again."""
+    """An @ of the bot (or a reply to it) starts its turn, which answers the timeline: no wake answers it again.
+    The absorb's UPDATE carries the event's finish (`finish`; one statement on PostgreSQL, issue 28)."""
     trigger = Turn.Trigger.MENTION if is_mention else Turn.Trigger.REPLY
     turn = feishu_turn_start(bot=bot, message=message, trigger=trigger)
     if turn is None:
         return RouteResult(ROUTE_RETIRED)
     # G4: the @ (or reply) answers this timeline now; a wake still debouncing here would answer twice.
     discuss_wakes_absorb(
-        bot=bot, workspace=workspace, chat_id=parsed.chat_id, root_msg_id=parsed.root_msg_id, turn=turn
+        bot=bot,
+        workspace=workspace,
+        chat_id=parsed.chat_id,
+        root_msg_id=parsed.root_msg_id,
+        turn=turn,
+        carried_write=finish.done_statement() if finish is not None else None,
     )
-    return RouteResult(ROUTE_TURN, turn)
+    return RouteResult(ROUTE_TURN, turn, event_finished=finish is not None)
 
 
 def _discuss_wake_open(

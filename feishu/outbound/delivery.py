@@ -17,11 +17,12 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot, Turn
+from core.statements import insert_or_refresh
 from core.text import TranslatableText
 from feishu.inbound.messages import bot_text
 from feishu.models import OutboundDelivery
@@ -76,11 +77,13 @@ class OutgoingText:
     first_chunk_index: int = 0
 
 
-def deliveries_prepare(*, outgoing: OutgoingText) -> list[OutboundDelivery]:
+def deliveries_prepare(*, outgoing: OutgoingText, sending_now: bool = False) -> list[OutboundDelivery]:
     """One row per chunk, created before anything is sent; a repeated call returns the same rows.
 
     Insert first (in a savepoint): a new reply, the common case, costs one INSERT per chunk; the uuid's unique
-    constraint turns a repeated call (a re-run's delivery) into a read of the row it made.
+    constraint turns a repeated call (a re-run's delivery) into a read of the row it made. `sending_now`: the
+    caller sends the rows at once (`deliveries_send`), so a new row is inserted with its first attempt counted
+    and the send does not count it again (one UPDATE fewer per chunk, issue 28).
     """
     rows = []
     limit = TEXT_CHUNK_CHARS if outgoing.reply_format == "text" else CARD_CHUNK_CHARS
@@ -103,7 +106,9 @@ def deliveries_prepare(*, outgoing: OutgoingText) -> list[OutboundDelivery]:
                     reply_in_thread=outgoing.reply_in_thread,
                     msg_type=MSG_TYPE_OF_FORMAT[outgoing.reply_format],
                     content=chunk,
+                    attempts=1 if sending_now else 0,
                 )
+            row.attempt_counted = sending_now
         except IntegrityError:  # made by an earlier call (or a concurrent one): that row
             row = OutboundDelivery.objects.get(uuid=uuid)
         rows.append(row)
@@ -115,7 +120,10 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
     if delivery.status in (OutboundDelivery.Status.SENT, OutboundDelivery.Status.RECORDED):
         return delivery
     bot = delivery.bot
-    OutboundDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
+    if delivery.attempt_counted:  # inserted a moment ago with this attempt counted (deliveries_prepare)
+        delivery.attempt_counted = False
+    else:
+        OutboundDelivery.objects.filter(pk=delivery.pk).update(attempts=F("attempts") + 1)
     if not bot.has_feishu_credentials:
         delivery.status = OutboundDelivery.Status.RECORDED
         delivery.sent_at = timezone.now()
@@ -178,7 +186,7 @@ def plain_replies_send(*, outgoing: OutgoingText) -> list[str]:
     """A whole text as plain text replies (whatever `reply_format` says), rows first (fixed uuids: a repeated
     call sends only what is not sent yet); the message ids, in order. The streaming card's fallback. Raises
     FeishuApiError as `delivery_send`."""
-    rows = deliveries_prepare(outgoing=replace(outgoing, reply_format="text"))
+    rows = deliveries_prepare(outgoing=replace(outgoing, reply_format="text"), sending_now=True)
     return [row.feishu_message_id for row in deliveries_send(deliveries=rows)]
 
 
@@ -191,13 +199,15 @@ def stream_deliveries_record(
     reply_in_thread: bool,
     state: StreamState,
     uuid_base: str,
-) -> list[OutboundDelivery]:
+    carried_write: tuple[str, list] | None = None,
+) -> None:
     """The cards a streamed reply posted, as sent rows in order (a plain fallback has its own rows, written by
     `plain_replies_send` before it is sent, after these).
 
     Written as soon as a message id is known (the card's echo and a reply to it are recognised while it streams)
     and again when the answer is finished, with what each card shows. Keyed by the controller's own uuids, so a
-    re-run finds the same rows.
+    re-run (or a concurrent one) finds the same rows: one upsert per card, its content refreshed when it changed.
+    `carried_write`: the caller's UPDATE (the card's state on the turn), carried by the first row's statement.
     """
     entries: list[tuple[str, str, str, str]] = []  # (uuid, message_id, msg_type, content)
     for index, card in enumerate(state.closed_cards):
@@ -206,35 +216,29 @@ def stream_deliveries_record(
     if state.message_id:
         uuid = stream_uuid(uuid_base=uuid_base, kind="c", index=state.card_index)
         entries.append((uuid, state.message_id, "interactive", state.shown))
-    rows = []
     now = timezone.now()
     for chunk_index, (uuid, message_id, msg_type, content) in enumerate(entries):
         if not message_id:
             continue
-        values = {
-            "bot": bot,
-            "turn": turn,
-            "chunk_index": chunk_index,
-            "chat_id": chat_id,
-            "reply_to_message_id": reply_to_message_id,
-            "reply_in_thread": reply_in_thread,
-            "msg_type": msg_type,
-            "status": OutboundDelivery.Status.SENT,
-            "feishu_message_id": message_id,
-            "sent_at": now,
-        }
-        try:
-            with transaction.atomic():
-                row, created = OutboundDelivery.objects.get_or_create(
-                    uuid=uuid, defaults={**values, "content": content}
-                )
-        except IntegrityError:  # a concurrent run recorded it first
-            row, created = OutboundDelivery.objects.get(uuid=uuid), False
-        if not created and content and row.content != content:
-            row.content = content
-            row.save(update_fields=["content"])
-        rows.append(row)
-    return rows
+        row = OutboundDelivery(
+            uuid=uuid,
+            bot=bot,
+            turn=turn,
+            chunk_index=chunk_index,
+            chat_id=chat_id,
+            reply_to_message_id=reply_to_message_id,
+            reply_in_thread=reply_in_thread,
+            msg_type=msg_type,
+            status=OutboundDelivery.Status.SENT,
+            feishu_message_id=message_id,
+            sent_at=now,
+            content=content,
+        )
+        insert_or_refresh(instance=row, conflict_fields=("uuid",), refreshed="content", carried_write=carried_write)
+        carried_write = None
+    if carried_write is not None:  # no row to carry it
+        with connection.cursor() as cursor:
+            cursor.execute(*carried_write)
 
 
 def feishu_notice_send(

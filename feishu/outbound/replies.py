@@ -18,7 +18,11 @@ import logging
 
 from agents.models import Bot, Turn
 from agents.services.turns.channels import StreamSink
-from agents.services.turns.ledger import turn_channel_state_add, turn_channel_state_merge
+from agents.services.turns.ledger import (
+    turn_channel_state_add,
+    turn_channel_state_merge,
+    turn_channel_state_merge_statement,
+)
 from core.redaction import redacted
 from feishu.inbound.messages import bot_text
 from feishu.inbound.parsing import ParsedMessage
@@ -121,21 +125,29 @@ def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
     """The turn's card controller, resumed from the state stored on the turn; every change is stored first."""
     bot = turn.bot
     uuid_base = stream_uuid_base(bot=bot, turn=turn)
-    recorded: set[str] = set()
+    resumed = stream_state_get(turn=turn)
+    # The messages of a resumed state were recorded by the controller that posted them (the sink's, before this
+    # run's delivery finishes the card): not again at the next change (issue 28: one upsert fewer per streamed
+    # reply). A row its run died before writing is written when the answer is finished (stream_reply_finish).
+    recorded: set[str] = set(resumed.message_ids)
 
     def on_state(state: StreamState) -> None:
-        turn_channel_state_merge(turn=turn, values={STREAM_KEY: state.as_dict()})
-        if set(state.message_ids) - recorded:  # a new message: its row now, so its echo and replies are known
-            stream_deliveries_record(
-                bot=bot,
-                turn=turn,
-                chat_id=parsed.chat_id,
-                reply_to_message_id=parsed.message_id,
-                reply_in_thread=parsed.is_in_topic,
-                state=state,
-                uuid_base=uuid_base,
-            )
-            recorded.update(state.message_ids)
+        if not set(state.message_ids) - recorded:
+            turn_channel_state_merge(turn=turn, values={STREAM_KEY: state.as_dict()})
+            return
+        # A new message: its row now, so its echo and replies are known; the state rides in the row's statement
+        # (PostgreSQL; issue 28).
+        stream_deliveries_record(
+            bot=bot,
+            turn=turn,
+            chat_id=parsed.chat_id,
+            reply_to_message_id=parsed.message_id,
+            reply_in_thread=parsed.is_in_topic,
+            state=state,
+            uuid_base=uuid_base,
+            carried_write=turn_channel_state_merge_statement(turn=turn, values={STREAM_KEY: state.as_dict()}),
+        )
+        recorded.update(state.message_ids)
 
     def send_plain(text: str, state: StreamState) -> list[str]:
         return plain_replies_send(
@@ -160,7 +172,7 @@ def streaming_card_for(*, turn: Turn, parsed: ParsedMessage) -> StreamingCard:
         uuid_base=uuid_base,
         on_state=on_state,
         send_plain=send_plain,
-        state=stream_state_get(turn=turn),
+        state=resumed,
     )
 
 

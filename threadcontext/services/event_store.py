@@ -90,7 +90,9 @@ def thread_event_insert_once(
     if connection.vendor == "postgresql":  # one statement: atomic without a transaction of its own
         stored = _event_insert_unless_recorded(event=event, item=new_item)
     else:
-        with transaction.atomic():
+        # No savepoint inside the caller's transaction (two statements fewer; issue 28): nothing here is caught and
+        # rolled back on its own, an error ends the caller's transaction as well.
+        with transaction.atomic(savepoint=False):
             stored = _event_insert_unless_recorded(event=event, item=new_item)
             if stored is not None and new_item is not None:
                 new_item.event = stored

@@ -30,12 +30,13 @@ import logging
 from collections.abc import Callable
 
 from django.db import transaction
-from django.db.models import Exists, Q, QuerySet
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from agents.models import Bot, Thread, Turn
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns import ledger
+from agents.services.turns.channels import channel_named
 from agents.services.turns.ledger import OPEN_STATUSES, JSONKeysReplaced
 
 logger = logging.getLogger(__name__)
@@ -63,30 +64,39 @@ def turn_claim_in_order(*, turn_id: int) -> Turn | str | None:
     A first run takes along the requests waiting behind it (collect)."""
     with transaction.atomic():
         # The turn's thread, locked until the claim commits (PostgreSQL; SQLite serialises its writers): one read.
-        locked = Thread.objects.select_for_update(of=("self",)).filter(turns__pk=turn_id).values_list("pk", flat=True)
-        thread_id = next(iter(locked), None)
+        locked = Thread.objects.select_for_update(of=("self",)).filter(turns__pk=turn_id).values_list("pk", "channel")
+        thread_id, channel = next(iter(locked), (None, ""))
         if thread_id is None:
             return None
+        # The turn and every turn holding its conversation, in one read under the lock (issue 28): what is ahead,
+        # and what a first run collects, are decided from it; the channel's own reads ride along (claim_reads).
+        rows = list(
+            Turn.objects.select_related(*ledger.CLAIM_RELATED)
+            .annotate(**channel_named(channel).claim_reads())
+            .filter(thread_id=thread_id)
+            .filter(Q(pk=turn_id) | Q(status__in=HOLDING_STATUSES))
+        )
+        read = next((row for row in rows if row.pk == turn_id), None)
+        if read is None:  # deleted since the lock's read (its bot or thread went)
+            return None
+        others = [row for row in rows if row.pk != turn_id]
         if (
-            Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED)
-            .filter(Exists(turns_ahead(thread_id=thread_id, turn_id=turn_id)))
-            .update(enqueued_at=None)
+            read.status == Turn.Status.QUEUED
+            and any(_is_ahead(other=other, turn_id=turn_id) for other in others)
+            and Turn.objects.filter(pk=turn_id, status=Turn.Status.QUEUED).update(enqueued_at=None)
         ):
             logger.info("turn waits for its conversation", extra={"turn_id": turn_id, "thread_id": thread_id})
             return DEFERRED
-        turn = ledger.turn_claim(turn_id=turn_id)
+        turn = ledger.turn_claim(turn_id=turn_id, read=read)
         if turn is not None and turn.status == Turn.Status.RUNNING and turn.attempts == 1:
-            turns_collect(turn=turn)
+            turns_collect(turn=turn, holding=others)
         return turn
 
 
-def turns_ahead(*, thread_id: int, turn_id: int) -> QuerySet[Turn]:
-    """The turns of the thread that must finish before `turn_id` runs."""
-    return (
-        Turn.objects.filter(thread_id=thread_id)
-        .exclude(pk=turn_id)
-        .filter(Q(pk__lt=turn_id, status__in=HOLDING_STATUSES) | Q(status__in=ACTIVE_STATUSES))
-    )
+def _is_ahead(*, other: Turn, turn_id: int) -> bool:
+    """Whether `other`, a turn of the same thread, must finish before `turn_id` runs: an older turn still holding
+    the conversation, or any turn running or replied (a newer one that won a race of commits)."""
+    return (other.pk < turn_id and other.status in HOLDING_STATUSES) or other.status in ACTIVE_STATUSES
 
 
 def conversation_lock(*, thread_id: int) -> None:
@@ -114,13 +124,41 @@ def conversation_next_start(*, thread_id: int) -> int | None:
         head = _head(thread_id=thread_id)
         if head is None or head.status != Turn.Status.QUEUED or head.enqueued_at is not None:
             return None
-        # Conditional stamp: of two finishers (or a finisher and the sweeper), one enqueues it.
-        if not Turn.objects.filter(pk=head.pk, enqueued_at__isnull=True).update(enqueued_at=timezone.now()):
-            return None
-        head_id = head.pk
-        transaction.on_commit(lambda: turn_enqueue(turn_id=head_id))
+        return _deferred_start(thread_id=thread_id, head_id=head.pk)
+
+
+def _deferred_start(*, thread_id: int, head_id: int) -> int | None:
+    """Inside the transaction holding the conversation: enqueue its deferred head after commit. Conditional stamp:
+    of two finishers (or a finisher and the sweeper), one enqueues it."""
+    if not Turn.objects.filter(pk=head_id, enqueued_at__isnull=True).update(enqueued_at=timezone.now()):
+        return None
+    transaction.on_commit(lambda: turn_enqueue(turn_id=head_id))
     logger.info("conversation handed on", extra={"thread_id": thread_id, "turn_id": head_id})
     return head_id
+
+
+def turn_delivered_hand_on(*, turn: Turn) -> None:
+    """Mark a replied turn delivered and hand its conversation on, in one transaction holding the thread: the
+    finish's UPDATE reads the next turn (the oldest other turn holding the conversation, when it is deferred) in
+    its own statement (issue 28: lock, UPDATE; before, the UPDATE, then lock and read). The read comes after the
+    lock, so a claim that deferred a turn meanwhile has committed and is seen, as in `conversation_next_start`.
+    A turn no longer replied (another run finished it) hands on the usual way."""
+    deferred_head = Case(When(status=Turn.Status.QUEUED, enqueued_at__isnull=True, then=F("pk")), default=Value(0))
+    head = (
+        Turn.objects.filter(thread_id=turn.thread_id, status__in=HOLDING_STATUSES)
+        .exclude(pk=turn.pk)  # the finishing turn, read as it was before this UPDATE
+        .order_by("pk")
+        .annotate(deferred_head=deferred_head)
+        .values("deferred_head")[:1]
+    )
+    with transaction.atomic():
+        conversation_lock(thread_id=turn.thread_id)
+        rows = ledger.turn_mark_delivered_reading(turn=turn, returning=head)
+        if rows:
+            if rows[0][0]:
+                _deferred_start(thread_id=turn.thread_id, head_id=int(rows[0][0]))
+            return
+    conversation_next_start(thread_id=turn.thread_id)
 
 
 def _collectable(*, turn: Turn) -> bool:
@@ -129,20 +167,31 @@ def _collectable(*, turn: Turn) -> bool:
     return turn.thread.channel in COLLECTING_CHANNELS
 
 
-def _waiting_claim(*, turn: Turn, reason: str) -> list[int]:
+def _waiting_claim(*, turn: Turn, reason: str, holding: list[Turn] | None = None) -> list[int]:
     """Inside a transaction holding the conversation: the requests queued behind `turn` (never run, addressed),
-    oldest first, each claimed for it with a conditional UPDATE (skipped, linked): the ids it won."""
-    waiting = list(
-        Turn.objects.filter(
-            thread_id=turn.thread_id,
-            pk__gt=turn.pk,
-            status=Turn.Status.QUEUED,
-            attempts=0,
-            trigger__in=COLLECTABLE_TRIGGERS,
+    oldest first, each claimed for it with a conditional UPDATE (skipped, linked): the ids it won. `holding`: the
+    turns holding the conversation as read under the same lock (the claim's read); else they are read here."""
+    if holding is not None:
+        waiting = sorted(
+            other.pk
+            for other in holding
+            if other.pk > turn.pk
+            and other.status == Turn.Status.QUEUED
+            and other.attempts == 0
+            and other.trigger in COLLECTABLE_TRIGGERS
         )
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
+    else:
+        waiting = list(
+            Turn.objects.filter(
+                thread_id=turn.thread_id,
+                pk__gt=turn.pk,
+                status=Turn.Status.QUEUED,
+                attempts=0,
+                trigger__in=COLLECTABLE_TRIGGERS,
+            )
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
     now = timezone.now()
     return [
         waiting_id
@@ -156,12 +205,13 @@ def _waiting_claim(*, turn: Turn, reason: str) -> list[int]:
     ]
 
 
-def turns_collect(*, turn: Turn) -> list[int]:
+def turns_collect(*, turn: Turn, holding: list[Turn] | None = None) -> list[int]:
     """Inside the first claim's transaction (conversation locked): the turns this one answers along with its own
-    request (queue mode collect or steer), oldest first, each marked skipped and linked to it."""
+    request (queue mode collect or steer), oldest first, each marked skipped and linked to it. `holding`: the other
+    turns holding the conversation, as the claim read them under the lock."""
     if not _collectable(turn=turn):
         return []
-    waiting = _waiting_claim(turn=turn, reason=COLLECTED_REASON)
+    waiting = _waiting_claim(turn=turn, reason=COLLECTED_REASON, holding=holding)
     if not waiting:
         return []
     Turn.objects.filter(pk=turn.pk).update(channel_state=JSONKeysReplaced("channel_state", {"collected": waiting}))

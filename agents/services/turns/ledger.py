@@ -14,14 +14,15 @@ import logging
 import time
 from datetime import datetime
 
-from django.db import IntegrityError, NotSupportedError, models, transaction
-from django.db.models import F, Func
+from django.db import NotSupportedError, models, transaction
+from django.db.models import F, Func, QuerySet
 from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
 from agents.secrets import hub_secrets
-from agents.services.threads import message_create
+from agents.services.threads import message_build, message_created_log
 from core.redaction import redact, redacted
+from core.statements import insert_unless_exists, insert_with_update, update_returning, update_statement
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -73,50 +74,62 @@ def turn_get_or_create(
 ) -> tuple[Turn, bool]:
     """The turn of (bot, source message): created once, found every other time (T2).
 
-    Insert first (in a savepoint); the unique constraint's IntegrityError means the turn exists, and it is
-    read then. Safe under concurrency, no check-then-act, and the common case (a new trigger) is one INSERT.
+    Insert unless it exists (INSERT ... ON CONFLICT DO NOTHING RETURNING: one statement, no savepoint around an
+    insert that may fail; issue 28), the row read only when it was there already. Safe under concurrency (a
+    concurrent insert of the same key waits for the other transaction, then skips), no check-then-act.
     """
-    try:
-        with transaction.atomic():  # a savepoint when called inside a transaction
-            turn = Turn.objects.create(
-                bot=bot, thread=thread, trigger=trigger, source_message_id=source_message_id, user_message=user_message
-            )
+    turn = Turn(bot=bot, thread=thread, trigger=trigger, source_message_id=source_message_id, user_message=user_message)
+    if insert_unless_exists(instance=turn, conflict_fields=("bot", "source_message_id")):
         return turn, True
-    except IntegrityError:
-        return Turn.objects.get(bot=bot, source_message_id=source_message_id), False
+    return Turn.objects.get(bot=bot, source_message_id=source_message_id), False
 
 
-def turn_claim(*, turn_id: int) -> Turn | None:
+# What a claimed run reads with its turn (one statement): its messages, thread, bot and the bot's model and provider.
+CLAIM_RELATED = ("reply_message", "user_message", "thread", "bot__primary_model__provider")
+
+
+def turn_claim(*, turn_id: int, read: Turn | None = None) -> Turn | None:
     """Take the turn for one run: None when it is finished (or gone); a replied turn is taken for delivery only.
 
     A `running` turn is claimed again on purpose: the sweeper re-enqueues runs left running past the task's hard
     time limit, and the reply's conditional store still keeps exactly one reply.
+
+    `read`: the turn as the caller read it a moment ago (with CLAIM_RELATED) inside the transaction that holds its
+    conversation (conversation.turn_claim_in_order, issue 28): claimed by one UPDATE conditional on what was read
+    (status and attempts), no locked re-read. When another writer changed it meanwhile, the locked path runs.
     """
+    if read is not None:
+        if read.status in FINISHED_STATUSES:
+            return None
+        expected = {"status": read.status, "attempts": read.attempts, "delivery_attempts": read.delivery_attempts}
+        fields = _claim_fields(turn=read)
+        if Turn.objects.filter(pk=read.pk, **expected).update(**{name: getattr(read, name) for name in fields}):
+            return read
     # No savepoint when the caller's transaction holds the conversation (conversation.turn_claim_in_order): two
     # statements fewer per turn, and nothing here is rolled back on its own.
     with transaction.atomic(savepoint=False):
         # A list, not .first(): a pk matches one row at most, and .first()'s ORDER BY makes Django hash every
         # selected column of the six joined tables to place it (~2 ms of CPU per claim; issue 11).
-        claimed = list(
-            Turn.objects.select_for_update(of=("self",))
-            .select_related("reply_message", "user_message", "thread", "bot__primary_model__provider")
-            .filter(pk=turn_id)
-        )
+        claimed = list(Turn.objects.select_for_update(of=("self",)).select_related(*CLAIM_RELATED).filter(pk=turn_id))
         turn = claimed[0] if claimed else None
         if turn is None or turn.status in FINISHED_STATUSES:
             return None
-        turn.claimed_at = timezone.now()
-        if turn.reply_message is not None:
-            # This run only delivers: its delivery attempt is counted here, under the lock, in the same UPDATE.
-            turn.status = Turn.Status.REPLIED
-            turn.delivery_attempts += 1
-            turn.save(update_fields=["status", "claimed_at", "delivery_attempts"])
-            return turn
-        turn.status = Turn.Status.RUNNING
-        turn.attempts += 1
-        turn.started_at = turn.started_at or turn.claimed_at
-        turn.save(update_fields=["status", "attempts", "started_at", "claimed_at"])
+        turn.save(update_fields=_claim_fields(turn=turn))
         return turn
+
+
+def _claim_fields(*, turn: Turn) -> list[str]:
+    """Apply one claim to `turn` in memory; the fields it changed. A replied turn's run only delivers: its delivery
+    attempt is counted in the claim's own UPDATE."""
+    turn.claimed_at = timezone.now()
+    if turn.reply_message_id is not None:
+        turn.status = Turn.Status.REPLIED
+        turn.delivery_attempts += 1
+        return ["status", "claimed_at", "delivery_attempts"]
+    turn.status = Turn.Status.RUNNING
+    turn.attempts += 1
+    turn.started_at = turn.started_at or turn.claimed_at
+    return ["status", "attempts", "started_at", "claimed_at"]
 
 
 def turn_prepared_store(
@@ -131,21 +144,30 @@ def turn_prepared_store(
     """
     with transaction.atomic():
         content, prompt = storable_text(content), storable_text(prompt)
-        message = message_create(
+        message = message_build(
             thread=turn.thread,
             kind=Message.Kind.USER_MESSAGE,
             content=content or prompt,
             prompt=prompt if prompt and prompt != content else "",
             author=author,
         )
-        # Merged, not replaced: the claim may have noted the turns this one collected (conversation.turns_collect).
-        won = Turn.objects.filter(pk=turn.pk, user_message__isnull=True).update(
-            user_message=message,
-            context_decision_id=context_decision_id,
-            channel_state=JSONKeysReplaced("channel_state", channel_state) if channel_state else F("channel_state"),
+        # The message rides in the conditional UPDATE's statement (PostgreSQL; issue 28). Merged, not replaced: the
+        # claim may have noted the turns this one collected (conversation.turns_collect).
+        won = insert_with_update(
+            instance=message,
+            queryset=Turn.objects.filter(pk=turn.pk, user_message__isnull=True),
+            values={
+                "context_decision_id": context_decision_id,
+                "channel_state": (
+                    JSONKeysReplaced("channel_state", channel_state) if channel_state else F("channel_state")
+                ),
+            },
+            reference="user_message",
         )
         if not won:
             transaction.set_rollback(True)  # another run recorded its prompt first: ours goes
+    if won:
+        message_created_log(message=message)
     if not won:
         return Turn.objects.select_related("user_message", "thread", "bot__primary_model__provider").get(pk=turn.pk)
     turn.user_message = message
@@ -199,27 +221,34 @@ def turn_reply_store(
     with transaction.atomic():
         # The conditional UPDATE is the guard: on PostgreSQL a concurrent finisher's UPDATE waits for this row
         # lock, then re-checks `reply_message IS NULL` and matches nothing.
-        reply = message_create(
+        reply = message_build(
             thread=turn.thread,
             kind=Message.Kind.AGENT_REPLY,
             content=clean.text,
             author=turn.bot.name,
             usage=usage,
         )
-        won = Turn.objects.filter(pk=turn.pk, reply_message__isnull=True, status__in=OPEN_STATUSES).update(
-            reply_message=reply,
-            status=Turn.Status.REPLIED,
-            usage=usage,
-            model_input=model_input,
-            retry_history=history,
-            error="",
-            replied_at=timezone.now(),
-            delivery_attempts=F("delivery_attempts") + 1,
-            redaction_count=F("redaction_count") + clean.count,
+        # The reply rides in the conditional UPDATE's statement (PostgreSQL; issue 28).
+        won = insert_with_update(
+            instance=reply,
+            queryset=Turn.objects.filter(pk=turn.pk, reply_message__isnull=True, status__in=OPEN_STATUSES),
+            values={
+                "status": Turn.Status.REPLIED,
+                "usage": usage,
+                "model_input": model_input,
+                "retry_history": history,
+                "error": "",
+                "replied_at": timezone.now(),
+                "delivery_attempts": F("delivery_attempts") + 1,
+                "redaction_count": F("redaction_count") + clean.count,
+            },
+            reference="reply_message",
         )
         if not won:
             # Another run of this turn stored its reply first: drop ours (rolled back with this transaction).
             transaction.set_rollback(True)
+    if won:
+        message_created_log(message=reply)
     if not won:
         turn.refresh_from_db()  # the winner's reply and notes (e.g. its streaming card) are what gets delivered
         turn_delivery_attempt_count(turn=turn)
@@ -257,6 +286,19 @@ def _finish(*, turn_id: int, status: str, from_statuses, now: datetime | None = 
 
 def turn_mark_delivered(*, turn: Turn) -> bool:
     return _finish(turn_id=turn.pk, status=Turn.Status.DELIVERED, from_statuses=[Turn.Status.REPLIED], error="")
+
+
+def turn_mark_delivered_reading(*, turn: Turn, returning: QuerySet) -> list[tuple]:
+    """`turn_mark_delivered` whose UPDATE also reads the one value `returning` selects (conversation's next turn,
+    issue 28): [(value,)] when the turn was marked, [] when it was not replied any more."""
+    rows = update_returning(
+        queryset=Turn.objects.filter(pk=turn.pk, status=Turn.Status.REPLIED),
+        values={"status": Turn.Status.DELIVERED, "finished_at": timezone.now(), "error": ""},
+        returning=returning,
+    )
+    if rows:
+        logger.info("turn finished", extra={"turn_id": turn.pk, "status": Turn.Status.DELIVERED, "error": ""})
+    return rows
 
 
 def turn_mark_delivery_failed(*, turn: Turn, error: str) -> bool:
@@ -324,6 +366,16 @@ def turn_channel_state_merge(*, turn: Turn, values: dict) -> dict:
     Turn.objects.filter(pk=turn.pk).update(channel_state=JSONKeysReplaced("channel_state", values))
     turn.channel_state = {**(turn.channel_state or {}), **values}
     return turn.channel_state
+
+
+def turn_channel_state_merge_statement(*, turn: Turn, values: dict) -> tuple[str, list]:
+    """`turn_channel_state_merge`'s UPDATE as (sql, params), for a caller that runs it inside its own statement at
+    once (issue 28); `turn.channel_state` is updated in place as that UPDATE will."""
+    statement = update_statement(
+        queryset=Turn.objects.filter(pk=turn.pk), values={"channel_state": JSONKeysReplaced("channel_state", values)}
+    )
+    turn.channel_state = {**(turn.channel_state or {}), **values}
+    return statement
 
 
 def turn_channel_state_add(*, turn: Turn, key: str, value: dict) -> bool:

@@ -84,9 +84,9 @@ def turn_run(*, turn_id: int) -> str:
     if isinstance(claimed, str):
         return OUTCOME_WAITING  # the turn ahead of it starts it when it finishes (O1)
     outcome = _run_claimed(turn=claimed)
-    conversation.conversation_hand_on(
-        turn=claimed, outcome=outcome
-    )  # not after TurnRetryLater: the turn keeps its conversation
+    if outcome != OUTCOME_DELIVERED:  # a delivered run handed its conversation on with its finish (_deliver)
+        # Not after TurnRetryLater: the turn keeps its conversation.
+        conversation.conversation_hand_on(turn=claimed, outcome=outcome)
     return outcome
 
 
@@ -97,6 +97,8 @@ def _run_claimed(*, turn: Turn) -> str:
             replied = _reply_produce(turn=turn, channel=channel)
             if replied is None:
                 turn.refresh_from_db(fields=["status"])
+                if turn.status == Turn.Status.DELIVERED:  # delivered by another run: handed on as after any end
+                    conversation.conversation_hand_on(turn=turn, outcome=str(turn.status))
                 return str(turn.status)
             turn = replied  # kept current by the ledger's writes: no re-read before delivery
         return _deliver(turn=turn, channel=channel)
@@ -383,6 +385,6 @@ def _deliver(*, turn: Turn, channel: TurnChannel) -> str:
         if ledger.turn_mark_delivery_failed(turn=turn, error=storable_text(f"Delivery refused: {exc}")):
             _tell_failed(channel=channel, turn=turn, status=Turn.Status.DELIVERY_FAILED)
         return OUTCOME_DELIVERY_FAILED
-    ledger.turn_mark_delivered(turn=turn)
+    conversation.turn_delivered_hand_on(turn=turn)  # the finish and the hand-on, in one transaction (issue 28)
     logger.info("turn delivered", extra={"turn_id": turn.pk, "bot": turn.bot.slug, "delivery_attempt": attempt})
     return OUTCOME_DELIVERED

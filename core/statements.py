@@ -1,0 +1,149 @@
+"""Statements the ORM cannot write, for the per-message hot paths (issue 28): each does in one round trip what
+took two to four.
+
+- `insert_unless_exists`: `Model.objects.create` inside a transaction needs a savepoint around it to survive the
+  unique constraint's IntegrityError (SAVEPOINT, INSERT, RELEASE: three statements); an insert that skips a
+  conflicting row and returns the new row's id does the same in one.
+- `insert_with_update`: a row inserted and the row that points at it updated (a data-modifying CTE, PostgreSQL).
+- `insert_or_refresh`: an upsert that refreshes one column.
+- `update_returning`: an UPDATE that also reads one value (a subquery in RETURNING).
+- `update_carrying`: an UPDATE that carries another table's UPDATE (a data-modifying CTE, PostgreSQL).
+PostgreSQL and SQLite >= 3.35 support all but the CTE (SQLite falls back to two statements there).
+"""
+
+from typing import cast
+
+from django.db import connection
+from django.db.models import Model, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.sql import UpdateQuery
+
+from core.columns import column_name, concrete_field
+
+
+def insert_unless_exists(*, instance: Model, conflict_fields: tuple[str, ...]) -> bool:
+    """INSERT `instance` (unsaved) unless a row with the same `conflict_fields` (a unique constraint's) exists.
+
+    True when inserted (the instance then has its pk and is saved, as after `save()`); False on a conflict, with
+    nothing written. Values go through each field's pre_save (auto_now_add) and adapter, as `save()` sends them.
+    No post_save signal is sent (nothing in the hub listens for the models this is used for)."""
+    meta = instance._meta
+    quote = connection.ops.quote_name
+    fields = [field for field in meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(quote(column_name(field)) for field in fields)
+    params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
+    conflict = ", ".join(quote(column_name(concrete_field(type(instance), name))) for name in conflict_fields)
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+        f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(column_name(meta.pk))}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    instance.pk = row[0]
+    instance._state.adding = False
+    instance._state.db = connection.alias
+    return True
+
+
+def insert_with_update(*, instance: Model, queryset: QuerySet, values: dict, reference: str) -> int:
+    """INSERT `instance` (unsaved) and UPDATE `queryset` with `values` plus `reference` (a foreign key of the
+    updated model) pointing at the new row; the number of rows updated. Call it inside a transaction: when the
+    update matches nothing, the insert has happened all the same and the caller rolls it back.
+
+    On PostgreSQL one statement, the insert a data-modifying CTE of the conditional UPDATE (issue 28: one round trip
+    fewer for a turn's user_message and for its reply); SQLite has no DML in a WITH clause: two statements."""
+    if connection.vendor != "postgresql":
+        instance.save(force_insert=True)
+        return queryset.update(**values, **{reference: instance})
+    meta = instance._meta
+    quote = connection.ops.quote_name
+    fields = [field for field in meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(quote(column_name(field)) for field in fields)
+    params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
+    pk_column = quote(column_name(meta.pk))
+    insert = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+    update_sql, update_params = update_statement(
+        queryset=queryset, values={**values, reference: RawSQL(f"SELECT {pk_column} FROM new_row", [])}
+    )
+    reference_column = quote(column_name(concrete_field(queryset.model, reference)))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH new_row AS ({insert} RETURNING {pk_column}) {update_sql} RETURNING {reference_column}",
+            [*params, *update_params],
+        )
+        rows = cursor.fetchall()
+    if rows:
+        instance.pk = rows[0][0]
+        instance._state.adding = False
+        instance._state.db = connection.alias
+    return len(rows)
+
+
+def insert_or_refresh(
+    *, instance: Model, conflict_fields: tuple[str, ...], refreshed: str, carried_write: tuple[str, list] | None = None
+) -> None:
+    """INSERT `instance` (unsaved); when a row with the same `conflict_fields` exists, only its `refreshed` column
+    takes the new value, and only when that value is not empty and differs. One statement either way (an upsert:
+    PostgreSQL, SQLite >= 3.24), where reading the row first, then inserting it in a savepoint or updating it, took
+    two to four (issue 28). The instance gets no pk (the callers need none). `carried_write`: another table's
+    UPDATE in the same statement on PostgreSQL (see `update_carrying`), just before it on SQLite."""
+    meta = instance._meta
+    quote = connection.ops.quote_name
+    fields = [field for field in meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(quote(column_name(field)) for field in fields)
+    params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
+    table = quote(meta.db_table)
+    conflict = ", ".join(quote(column_name(concrete_field(type(instance), name))) for name in conflict_fields)
+    column = quote(column_name(concrete_field(type(instance), refreshed)))
+    carried_sql, carried_params = carried_write or ("", [])
+    with connection.cursor() as cursor:
+        if carried_sql and connection.vendor != "postgresql":
+            cursor.execute(carried_sql, carried_params)
+            carried_sql, carried_params = "", []
+        cursor.execute(
+            (f"WITH carried_write AS ({carried_sql}) " if carried_sql else "")
+            + f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+            f" ON CONFLICT ({conflict}) DO UPDATE SET {column} = excluded.{column}"
+            f" WHERE excluded.{column} <> '' AND {table}.{column} <> excluded.{column}",
+            [*carried_params, *params],
+        )
+
+
+def update_returning(*, queryset: QuerySet, values: dict, returning: QuerySet) -> list[tuple]:
+    """UPDATE `queryset` with `values`, returning for each updated row the one value `returning` (a one-column
+    query, correlated or not) reads: one statement where an UPDATE and a read took two. PostgreSQL and SQLite
+    (>= 3.35) both take a subquery in RETURNING; it sees the database as the statement started (the updated rows
+    as they were), so a caller excludes them when it must."""
+    update_sql, update_params = update_statement(queryset=queryset, values=values)
+    returning_sql, returning_params = returning.query.get_compiler(connection=connection).as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(f"{update_sql} RETURNING ({returning_sql})", [*update_params, *returning_params])
+        return cursor.fetchall()
+
+
+def update_statement(*, queryset: QuerySet, values: dict) -> tuple[str, list]:
+    """The UPDATE `queryset.update(**values)` would run, as (sql, params): for a statement that carries it."""
+    update = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
+    update.add_update_values(values)
+    sql, params = update.get_compiler(connection=connection).as_sql()
+    return sql, list(params)
+
+
+def update_carrying(*, queryset: QuerySet, values: dict, carried_write: tuple[str, list] | None) -> int:
+    """UPDATE `queryset` with `values`, with `carried_write` (an UPDATE of another table, as (sql, params)) in the
+    same statement on PostgreSQL: a data-modifying CTE runs exactly once, whatever the main statement matches. SQLite
+    has no DML in a WITH clause: there it runs just before, in the caller's transaction. The rows updated."""
+    carried_sql, carried_params = carried_write or ("", [])
+    if not carried_sql:
+        return queryset.update(**values)
+    update_sql, update_params = update_statement(queryset=queryset, values=values)
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            cursor.execute(carried_sql, carried_params)
+            cursor.execute(update_sql, update_params)
+        else:
+            cursor.execute(f"WITH carried_write AS ({carried_sql}) {update_sql}", [*carried_params, *update_params])
+        return cursor.rowcount
