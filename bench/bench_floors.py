@@ -37,9 +37,9 @@ STATEMENTS = 2000
 TASKS = 1500
 FLOOR_QUEUE = "bench_floors"
 DONE_KEY = "bench_floors:done"
-# The @-mention path as `python -m bench pipeline` counted it on 2026-12-02 (inbound_event_process:turn 12.4 and
-# turn_run_task:delivered 15.6 statements per task).
-STATEMENTS_PER_MESSAGE = 28
+# The @-mention path as `python -m bench pipeline` counted it on 2026-12-04 (inbound_event_process:turn 8.0 and
+# turn_run_task:delivered 13.1 statements per task).
+STATEMENTS_PER_MESSAGE = 21
 CORES = 2
 
 
