@@ -99,14 +99,7 @@ def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not
     thread.start()
     try:
         stub.wait_connections(1)
-        heard = message_event_payload(
-            verification_token=bot.feishu_verification_token,
-            app_id=bot.feishu_app_id,
-            message_id="om_heard",
-            chat_id=CHAT,
-            text="hello",
-            sender_open_id="ou_alice",
-        )
+        heard = _said(bot, message_id="om_heard", text="hello", sender="ou_alice")
         stub.wait_acked([stub.push(heard)])
         # when the connection drops and an @ is said meanwhile that the long connection never delivers
         stub.drop()
@@ -134,6 +127,18 @@ def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not
         thread.join(timeout=15)
 
 
+def _said(bot, *, message_id: str, text: str, sender: str) -> dict:
+    """A group message to the long-connection bot, as Feishu pushes it."""
+    return message_event_payload(
+        verification_token=bot.feishu_verification_token,
+        app_id=bot.feishu_app_id,
+        message_id=message_id,
+        chat_id=CHAT,
+        text=text,
+        sender_open_id=sender,
+    )
+
+
 def _sent_at(payload: dict, *, seconds_ago: float) -> dict:
     """The event of a message sent `seconds_ago` (Feishu's create_time: where a catch-up starts reading)."""
     payload["event"]["message"]["create_time"] = str(int((time.time() - seconds_ago) * 1000))
@@ -156,14 +161,7 @@ def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_st
     thread.start()
     try:
         stub.wait_connections(1)
-        heard = message_event_payload(
-            verification_token=bot.feishu_verification_token,
-            app_id=bot.feishu_app_id,
-            message_id="om_heard",
-            chat_id=CHAT,
-            text="hello",
-            sender_open_id="ou_alice",
-        )
+        heard = _said(bot, message_id="om_heard", text="hello", sender="ou_alice")
         stub.wait_acked([stub.push(_sent_at(heard, seconds_ago=60))])
         # when the connection drops, an @ is said meanwhile (30 s ago), and once it is back a new message is
         # stored before any worker takes the queued catch-up
@@ -177,14 +175,7 @@ def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_st
             create_time_ms=int((time.time() - 30) * 1000),
         )
         stub.wait_connections(2, timeout=15)
-        new = message_event_payload(
-            verification_token=bot.feishu_verification_token,
-            app_id=bot.feishu_app_id,
-            message_id="om_new",
-            chat_id=CHAT,
-            text="back to work",
-            sender_open_id="ou_bob",
-        )
+        new = _said(bot, message_id="om_new", text="back to work", sender="ou_bob")
         stub.wait_acked([stub.push(new)])
         connection.flush()
         assert len(queued) == 1
