@@ -3,6 +3,7 @@ credentials, and a helper that posts fixture payloads signed and encrypted exact
 
 import json
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from django.test import TestCase
 from agents.models import Bot
 from feishu.inbound import webhook as feishu_webhook
 from feishu.inbound import webhook_bots
+from feishu.inbound.longconn import LongConnection
 from feishu.inbound.signing import event_request_build, mention_entry, message_event_payload
 from feishu.outbound import client as feishu_client
 from feishu.outbound.sdk import LocalCache, TokenManager
@@ -149,6 +151,26 @@ def ws_stub(settings):
     settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
     yield stub
     stub.stop()
+
+
+@pytest.fixture
+def connect(ws_stub):
+    """Run a bot's LongConnection in a thread (as its child process would); stopped at teardown."""
+    running: list[tuple[LongConnection, threading.Thread]] = []
+
+    def start(bot: Bot) -> LongConnection:
+        connection = LongConnection(bot=bot)
+        thread = threading.Thread(target=connection.run, name="longconn-test", daemon=True)
+        thread.start()
+        running.append((connection, thread))
+        ws_stub.wait_connections(1)
+        return connection
+
+    yield start
+    for connection, thread in running:
+        connection.stop()
+        thread.join(timeout=15)
+        assert not thread.is_alive()
 
 
 @pytest.fixture

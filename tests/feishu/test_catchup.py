@@ -3,7 +3,6 @@ against the Feishu stub) and stores what the hub missed through the same intake:
 Feishu's retry delivers it too; a recent @ is answered once, an older one is recorded as missed. A long connection
 back after a gap catches up from where the gap began, though it stores new events before a worker takes the task."""
 
-import threading
 import time
 from datetime import timedelta
 
@@ -13,7 +12,6 @@ from django.utils import timezone
 
 from agents.models import Turn
 from feishu import tasks as feishu_tasks
-from feishu.inbound.longconn import LongConnection
 from feishu.inbound.routing import ROUTE_MISSED
 from feishu.inbound.signing import message_event_payload
 from feishu.models import InboundEvent
@@ -90,41 +88,34 @@ def test_d2_catch_up_stores_each_missed_message_once_answers_a_recent_at_and_mar
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
 def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not_deliver(
-    feishu_stub, ws_stub, long_connection_bot
+    feishu_stub, ws_stub, long_connection_bot, connect
 ):
     # given a long-connection bot that heard one group message
     stub, bot = ws_stub, long_connection_bot
-    connection = LongConnection(bot=bot)
-    thread = threading.Thread(target=connection.run, daemon=True)
-    thread.start()
-    try:
-        stub.wait_connections(1)
-        heard = _said(bot, message_id="om_heard", text="hello", sender="ou_alice")
-        stub.wait_acked([stub.push(heard)])
-        # when the connection drops and an @ is said meanwhile that the long connection never delivers
-        stub.drop()
-        feishu_stub.add_message(
-            message_id="om_said_while_away",
-            chat_id=CHAT,
-            text="@_user_1 you there?",
-            mentions=_mention(bot),
-            sender_id="ou_alice",
-        )
-        stub.wait_connections(2, timeout=15)
-        deadline = time.monotonic() + 20
-        while not Turn.objects.filter(bot=bot).exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        connection.flush()
-        # then the catch-up stored it once and it was answered once
-        assert list(InboundEvent.objects.filter(bot=bot).order_by("id").values_list("message_id", flat=True)) == [
-            "om_heard",
-            "om_said_while_away",
-        ]
-        assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
-        assert len(feishu_stub.sent) == 1
-    finally:
-        connection.stop()
-        thread.join(timeout=15)
+    connection = connect(bot)
+    heard = _said(bot, message_id="om_heard", text="hello", sender="ou_alice")
+    stub.wait_acked([stub.push(heard)])
+    # when the connection drops and an @ is said meanwhile that the long connection never delivers
+    stub.drop()
+    feishu_stub.add_message(
+        message_id="om_said_while_away",
+        chat_id=CHAT,
+        text="@_user_1 you there?",
+        mentions=_mention(bot),
+        sender_id="ou_alice",
+    )
+    stub.wait_connections(2, timeout=15)
+    deadline = time.monotonic() + 20
+    while not Turn.objects.filter(bot=bot).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    connection.flush()
+    # then the catch-up stored it once and it was answered once
+    assert list(InboundEvent.objects.filter(bot=bot).order_by("id").values_list("message_id", flat=True)) == [
+        "om_heard",
+        "om_said_while_away",
+    ]
+    assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
+    assert len(feishu_stub.sent) == 1
 
 
 def _said(bot, *, message_id: str, text: str, sender: str) -> dict:
@@ -148,7 +139,7 @@ def _sent_at(payload: dict, *, seconds_ago: float) -> dict:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
 def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_stores_new_events_before_it_runs(
-    feishu_stub, ws_stub, long_connection_bot, monkeypatch
+    feishu_stub, ws_stub, long_connection_bot, connect, monkeypatch
 ):
     # given a long-connection bot that heard a group a minute ago; its catch-up task waits in the queue (as for a
     # busy worker) instead of running at once
@@ -156,39 +147,32 @@ def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_st
     stub.keeps_undelivered = False  # the long connection has no redelivery of what it never delivered
     queued: list[dict] = []
     monkeypatch.setattr(feishu_tasks.catchup_run, "delay", lambda **kwargs: queued.append(kwargs))
-    connection = LongConnection(bot=bot)
-    thread = threading.Thread(target=connection.run, daemon=True)
-    thread.start()
-    try:
-        stub.wait_connections(1)
-        heard = _said(bot, message_id="om_heard", text="hello", sender="ou_alice")
-        stub.wait_acked([stub.push(_sent_at(heard, seconds_ago=60))])
-        # when the connection drops, an @ is said meanwhile (30 s ago), and once it is back a new message is
-        # stored before any worker takes the queued catch-up
-        stub.drop()
-        feishu_stub.add_message(
-            message_id="om_said_while_away",
-            chat_id=CHAT,
-            text="@_user_1 you there?",
-            mentions=_mention(bot),
-            sender_id="ou_alice",
-            create_time_ms=int((time.time() - 30) * 1000),
-        )
-        stub.wait_connections(2, timeout=15)
-        new = _said(bot, message_id="om_new", text="back to work", sender="ou_bob")
-        stub.wait_acked([stub.push(new)])
-        connection.flush()
-        assert len(queued) == 1
-        with TestCase.captureOnCommitCallbacks(execute=True):
-            feishu_tasks.catchup_run.apply(kwargs=queued[0])
-        # then the catch-up read from the gap's start: the @ said while away is stored once and answered once
-        assert sorted(InboundEvent.objects.filter(bot=bot).values_list("message_id", flat=True)) == [
-            "om_heard",
-            "om_new",
-            "om_said_while_away",
-        ]
-        assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
-        assert len(feishu_stub.sent) == 1
-    finally:
-        connection.stop()
-        thread.join(timeout=15)
+    connection = connect(bot)
+    heard = _said(bot, message_id="om_heard", text="hello", sender="ou_alice")
+    stub.wait_acked([stub.push(_sent_at(heard, seconds_ago=60))])
+    # when the connection drops, an @ is said meanwhile (30 s ago), and once it is back a new message is
+    # stored before any worker takes the queued catch-up
+    stub.drop()
+    feishu_stub.add_message(
+        message_id="om_said_while_away",
+        chat_id=CHAT,
+        text="@_user_1 you there?",
+        mentions=_mention(bot),
+        sender_id="ou_alice",
+        create_time_ms=int((time.time() - 30) * 1000),
+    )
+    stub.wait_connections(2, timeout=15)
+    new = _said(bot, message_id="om_new", text="back to work", sender="ou_bob")
+    stub.wait_acked([stub.push(new)])
+    connection.flush()
+    assert len(queued) == 1
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        feishu_tasks.catchup_run.apply(kwargs=queued[0])
+    # then the catch-up read from the gap's start: the @ said while away is stored once and answered once
+    assert sorted(InboundEvent.objects.filter(bot=bot).values_list("message_id", flat=True)) == [
+        "om_heard",
+        "om_new",
+        "om_said_while_away",
+    ]
+    assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
+    assert len(feishu_stub.sent) == 1

@@ -9,13 +9,11 @@ import copy
 import json
 import logging
 import secrets
-import threading
 import time
 
 import pytest
 
 from agents.models import Bot, Turn
-from feishu.inbound.longconn import LongConnection
 from feishu.inbound.signing import mention_entry, message_event_payload
 from feishu.models import InboundEvent
 from tests.feishu.conftest import bot_open_id
@@ -125,33 +123,26 @@ def test_o6_an_edit_of_a_recalled_or_unknown_message_is_ignored_with_a_debug_log
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
-def test_o6_edits_over_the_long_connection_start_one_turn(feishu_stub, ws_stub, long_connection_bot):
+def test_o6_edits_over_the_long_connection_start_one_turn(feishu_stub, ws_stub, long_connection_bot, connect):
     # given a long-connection bot and a message it recorded
     stub, bot = ws_stub, long_connection_bot
-    connection = LongConnection(bot=bot)
-    thread = threading.Thread(target=connection.run, daemon=True)
-    thread.start()
-    try:
-        stub.wait_connections(1)
-        said = message_event_payload(
-            verification_token=bot.feishu_verification_token,
-            app_id=bot.feishu_app_id,
-            message_id="om_ws_edit",
-            chat_id="oc_group",
-            text="anyone around",
-            sender_open_id="ou_alice",
-        )
-        frames = [stub.push(said)]
-        stub.wait_acked(frames)
-        # when it is edited twice to mention the bot
-        frames.append(stub.push(edit_of(said, text="are you around", mention=bot, update_ms=2_000_000_000_000)))
-        frames.append(stub.push(edit_of(said, text="are you around?", mention=bot, update_ms=2_000_000_002_000)))
-        stub.wait_acked(frames)
-        connection.flush()
-        # then one turn, one reply; the context has the last text
-        assert Turn.objects.filter(bot=bot, source_message_id="om_ws_edit").count() == 1
-        assert len(feishu_stub.sent) == 1
-        assert ThreadContextItem.objects.get(message_id="om_ws_edit").text.endswith("are you around?")
-    finally:
-        connection.stop()
-        thread.join(timeout=15)
+    connection = connect(bot)
+    said = message_event_payload(
+        verification_token=bot.feishu_verification_token,
+        app_id=bot.feishu_app_id,
+        message_id="om_ws_edit",
+        chat_id="oc_group",
+        text="anyone around",
+        sender_open_id="ou_alice",
+    )
+    frames = [stub.push(said)]
+    stub.wait_acked(frames)
+    # when it is edited twice to mention the bot
+    frames.append(stub.push(edit_of(said, text="are you around", mention=bot, update_ms=2_000_000_000_000)))
+    frames.append(stub.push(edit_of(said, text="are you around?", mention=bot, update_ms=2_000_000_002_000)))
+    stub.wait_acked(frames)
+    connection.flush()
+    # then one turn, one reply; the context has the last text
+    assert Turn.objects.filter(bot=bot, source_message_id="om_ws_edit").count() == 1
+    assert len(feishu_stub.sent) == 1
+    assert ThreadContextItem.objects.get(message_id="om_ws_edit").text.endswith("are you around?")

@@ -5,7 +5,6 @@ in the connection's DB thread, so these tests use committed transactions (transa
 """
 
 import secrets
-import threading
 import time
 
 import pytest
@@ -22,26 +21,6 @@ from feishu.inbound.supervisor import (
 from feishu.models import FeishuConnection, InboundEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def connect(ws_stub):
-    """Run a bot's LongConnection in a thread (as its child process would); stopped at teardown."""
-    running: list[tuple[LongConnection, threading.Thread]] = []
-
-    def start(bot: Bot) -> LongConnection:
-        connection = LongConnection(bot=bot)
-        thread = threading.Thread(target=connection.run, name="longconn-test", daemon=True)
-        thread.start()
-        running.append((connection, thread))
-        ws_stub.wait_connections(1)
-        return connection
-
-    yield start
-    for connection, thread in running:
-        connection.stop()
-        thread.join(timeout=15)
-        assert not thread.is_alive()
 
 
 def dm_payload(bot: Bot, *, message_id: str | None = None, text: str = "hello over the socket") -> dict:

@@ -3,7 +3,6 @@ the probe judge get the labels, never a body. Through the webhook and the long c
 clients against the local stubs)."""
 
 import secrets
-import threading
 from datetime import timedelta
 
 import pytest
@@ -12,13 +11,11 @@ from django.utils import timezone
 from agents.models import Bot
 from feishu.discuss.fire import FIRE_STARTED
 from feishu.discuss.sweep import discuss_wakes_sweep
-from feishu.inbound.longconn import LongConnection
 from feishu.inbound.parsing import Attachment, card_text, message_content_parse, message_parse
 from feishu.inbound.signing import message_event_payload
 from feishu.models import InboundEvent
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.probe.conftest import make_judge, stub_base_url  # noqa: F401  (fixtures)
-from tests.stubs.feishu_ws_server import FeishuWsStub
 from tests.stubs.llm_servers import StubResponse, anthropic_body, openai_chat_body
 from threadcontext.models import ThreadContextItem, Workspace
 
@@ -134,28 +131,19 @@ def test_g7_webhook_each_type_is_stored_parsed_and_kept_in_thread_context_as_its
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
-def test_g7_long_connection_parses_every_type_with_the_same_parser(feishu_stub, make_feishu_bot, settings):
+def test_g7_long_connection_parses_every_type_with_the_same_parser(feishu_stub, make_feishu_bot, ws_stub, connect):
     # given: a long-connection bot, connected to the stub's websocket
-    stub = FeishuWsStub(reconnect_nonce=0, reconnect_interval=1).start()
-    settings.FEISHU_LONG_CONNECTION_DOMAIN = stub.url
+    stub = ws_stub
     bot = make_feishu_bot(feishu_event_mode=Bot.FeishuEventMode.LONG_CONNECTION)
     stub.app_secrets[bot.feishu_app_id] = bot.feishu_app_secret
-    connection = LongConnection(bot=bot)
-    thread = threading.Thread(target=connection.run, name="longconn-types", daemon=True)
-    thread.start()
+    connection = connect(bot)
     pushed = {}
-    try:
-        stub.wait_connections(1)
-        # when: one message of each type is pushed over the connection
-        for message_type, content, text, attachments in LABELLED_TYPES:
-            payload = payload_of(bot, message_type=message_type, content=content)
-            pushed[payload["event"]["message"]["message_id"]] = (text, attachments)
-            stub.wait_acked([stub.push(payload)])
-        connection.flush()
-    finally:
-        connection.stop()
-        thread.join(timeout=15)
-        stub.stop()
+    # when: one message of each type is pushed over the connection
+    for message_type, content, text, attachments in LABELLED_TYPES:
+        payload = payload_of(bot, message_type=message_type, content=content)
+        pushed[payload["event"]["message"]["message_id"]] = (text, attachments)
+        stub.wait_acked([stub.push(payload)])
+    connection.flush()
     # then: the same references and the same label in thread context as over the webhook
     for message_id, (text, attachments) in pushed.items():
         parsed = message_parse(InboundEvent.objects.get(bot=bot, message_id=message_id).payload)
