@@ -60,6 +60,19 @@ class HeldModel:
         return StubResponse(body=openai_chat_body(text=text), delay_seconds=MODEL_SECONDS)
 
 
+def tool_then_answer(release: threading.Event, *, answer: str) -> Callable[[RecordedRequest], StubResponse]:
+    """An openai_chat responder for queue mode steer in one process: the request with no tool result yet waits for
+    `release`, then asks for the MCP stub's `echo` tool; the request after the tool's result gets `answer`."""
+
+    def respond(request: RecordedRequest) -> StubResponse:
+        if not any(message["role"] == "tool" for message in request.json["messages"]):
+            release.wait(timeout=HOLD_SECONDS)
+            return StubResponse(body=openai_chat_body(tool_calls=[(STEER_TOOL, {"text": "notes"})]))
+        return StubResponse(body=openai_chat_body(text=answer))
+
+    return respond
+
+
 class ToolHeldModel:
     """For queue mode steer: the first request (no tool result yet) is held until `release`, then asks for the MCP
     stub's `echo` tool; the request after the tool's result is answered with every question its input holds."""

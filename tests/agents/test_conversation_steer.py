@@ -18,14 +18,13 @@ from tests.agents.factories import ThreadFactory
 from tests.agents.test_conversation_order import in_background, post, setup_bot
 from tests.agents.test_tool_turns import CONNECT_TIMEOUT_SECONDS, stdio_server, warmed
 from tests.clients import token_client
+from tests.conversation_workers import tool_then_answer
 from tests.helpers import wait_for
-from tests.stubs.llm_servers import RecordedRequest, StubResponse, openai_chat_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FIRST = "check the release notes"
 SECOND = "and mention the migration too"
-HOLD_SECONDS = 30
 
 
 @pytest.fixture(autouse=True)
@@ -45,13 +44,7 @@ def test_steer_takes_a_message_sent_during_the_turn_into_it_at_the_tool_boundary
     thread = ThreadFactory(bot=bot)
     release = threading.Event()
 
-    def respond(request: RecordedRequest) -> StubResponse:
-        if not any(message["role"] == "tool" for message in request.json["messages"]):
-            release.wait(timeout=HOLD_SECONDS)
-            return StubResponse(body=openai_chat_body(tool_calls=[("stub__echo", {"text": "notes"})]))
-        return StubResponse(body=openai_chat_body(text="Both done."))
-
-    llm_stub.respond_with("openai_chat", respond)
+    llm_stub.respond_with("openai_chat", tool_then_answer(release, answer="Both done."))
     # when: the first message, then the second while the first turn's model call is still out
     first: list[int] = []
     worker = in_background(lambda: first.append(post(bot, thread, FIRST)))

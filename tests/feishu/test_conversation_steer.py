@@ -14,14 +14,13 @@ from agents.models import Bot, Provider, Turn
 from agents.tools.loop import STEERED_HEADER
 from tests.agents.factories import LLMModelFactory, ProviderFactory
 from tests.agents.test_tool_turns import CONNECT_TIMEOUT_SECONDS, stdio_server, warmed
+from tests.conversation_workers import tool_then_answer
 from tests.feishu.conftest import FeishuHarness
 from tests.helpers import wait_for
-from tests.stubs.llm_servers import RecordedRequest, StubResponse, openai_chat_body
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TOPIC = {"root_id": "om_root", "thread_id": "omt_1"}
-HOLD_SECONDS = 30
 
 
 @pytest.fixture(autouse=True)
@@ -39,13 +38,7 @@ def test_steer_in_a_topic_answers_the_message_sent_during_the_work_in_the_same_r
     # given: a steering bot with a tool; its first model call (asking for the tool) waits for the test
     release = threading.Event()
 
-    def respond(request: RecordedRequest) -> StubResponse:
-        if not any(message["role"] == "tool" for message in request.json["messages"]):
-            release.wait(timeout=HOLD_SECONDS)
-            return StubResponse(body=openai_chat_body(tool_calls=[("stub__echo", {"text": "notes"})]))
-        return StubResponse(body=openai_chat_body(text="Both done."))
-
-    llm_stub.respond_with("openai_chat", respond)
+    llm_stub.respond_with("openai_chat", tool_then_answer(release, answer="Both done."))
     provider = ProviderFactory(kind=Provider.Kind.OPENAI_CHAT, base_url=llm_stub.url("/v1"), api_key="k", max_retries=0)
     model = LLMModelFactory(provider=provider, name="gpt-4o", supports_tool_calls=True)
     bot = make_feishu_bot(primary_model=model, reply_format="text", queue_mode=Bot.QueueMode.STEER)
