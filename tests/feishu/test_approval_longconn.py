@@ -2,8 +2,6 @@
 the socket, handled by the real `lark_oapi.ws.Client` with lark-oapi's card action handling, decided in the
 connection's database thread; the answer (toast, card) travels back in the frame's acknowledgement."""
 
-# ruff: noqa: F811 - fixtures are imported, then asked for by name
-
 from datetime import timedelta
 
 import pytest
@@ -12,7 +10,6 @@ from django.utils import timezone
 from agents.models import Thread, ToolApproval, ToolApprovalDecision, Turn
 from tests.agents.factories import ThreadFactory
 from tests.feishu.test_approval_cards import ALICE, MALLORY, card_payload
-from tests.feishu.test_longconn import connect  # noqa: F401 - a fixture (ws_stub and long_connection_bot: conftest)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
