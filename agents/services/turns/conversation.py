@@ -167,31 +167,18 @@ def _collectable(*, turn: Turn) -> bool:
     return turn.thread.channel in COLLECTING_CHANNELS
 
 
-def _waiting_claim(*, turn: Turn, reason: str, holding: list[Turn] | None = None) -> list[int]:
+def _waiting_claim(*, turn: Turn, reason: str, holding: list[Turn]) -> list[int]:
     """Inside a transaction holding the conversation: the requests queued behind `turn` (never run, addressed),
     oldest first, each claimed for it with a conditional UPDATE (skipped, linked): the ids it won. `holding`: the
-    turns holding the conversation as read under the same lock (the claim's read); else they are read here."""
-    if holding is not None:
-        waiting = sorted(
-            other.pk
-            for other in holding
-            if other.pk > turn.pk
-            and other.status == Turn.Status.QUEUED
-            and other.attempts == 0
-            and other.trigger in COLLECTABLE_TRIGGERS
-        )
-    else:
-        waiting = list(
-            Turn.objects.filter(
-                thread_id=turn.thread_id,
-                pk__gt=turn.pk,
-                status=Turn.Status.QUEUED,
-                attempts=0,
-                trigger__in=COLLECTABLE_TRIGGERS,
-            )
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
+    turns of its thread holding the conversation, as read under the same lock."""
+    waiting = sorted(
+        other.pk
+        for other in holding
+        if other.pk > turn.pk
+        and other.status == Turn.Status.QUEUED
+        and other.attempts == 0
+        and other.trigger in COLLECTABLE_TRIGGERS
+    )
     now = timezone.now()
     return [
         waiting_id
@@ -205,7 +192,7 @@ def _waiting_claim(*, turn: Turn, reason: str, holding: list[Turn] | None = None
     ]
 
 
-def turns_collect(*, turn: Turn, holding: list[Turn] | None = None) -> list[int]:
+def turns_collect(*, turn: Turn, holding: list[Turn]) -> list[int]:
     """Inside the first claim's transaction (conversation locked): the turns this one answers along with its own
     request (queue mode collect or steer), oldest first, each marked skipped and linked to it. `holding`: the other
     turns holding the conversation, as the claim read them under the lock."""
@@ -233,7 +220,9 @@ def turns_steer(*, turn: Turn) -> list[int]:
         current = next(iter(state), None)
         if current is None:
             return []
-        taken = _waiting_claim(turn=turn, reason=STEERED_REASON)
+        queued = Turn.objects.filter(thread_id=turn.thread_id, pk__gt=turn.pk, status=Turn.Status.QUEUED)
+        holding = list(queued.only("pk", "status", "attempts", "trigger"))
+        taken = _waiting_claim(turn=turn, reason=STEERED_REASON, holding=holding)
         if not taken:
             return []
         keys = {
