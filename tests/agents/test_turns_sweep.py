@@ -11,6 +11,7 @@ from agents.models import Message, Thread, Turn
 from agents.services.turns import (
     TURN_MAX_SWEEPS,
     broker_redelivery_seconds,
+    ledger,
     running_stale_seconds,
     turn_enqueue,
     turn_run,
@@ -163,11 +164,27 @@ def test_t2_a_turn_left_running_is_re_enqueued_at_most_once_per_interval_then_fa
     assert llm_stub.requests_for("openai_chat") == []
 
 
-def test_t2_sweep_leaves_a_turn_waiting_for_its_celery_retry_alone(llm_stub, busy_broker):
-    """A queued turn waiting for a Celery retry has attempts > 0: the retry, not the sweeper, runs it."""
-    # given
+def test_t2_a_turn_waiting_for_its_celery_retry_is_left_to_it_until_the_broker_could_have_lost_it(
+    llm_stub, busy_broker
+):
+    """A failed attempt stamps the turn as enqueued (its retry is in the broker's hands): the sweeper leaves it to
+    the retry while a healthy broker could still hold that, and re-enqueues it past the redelivery interval (Redis
+    restarted without persistence), so a lost retry never holds its conversation for good."""
+    # given: a turn whose first attempt failed (the model errored), and a later request of its thread waiting
     bot = stub_bot(llm_stub)
-    retrying = rest_turn(ThreadFactory(bot=bot))
-    Turn.objects.filter(pk=retrying.pk).update(attempts=1, queued_at=ago(3600))
-    # when / then
+    thread = ThreadFactory(bot=bot)
+    retrying = rest_turn(thread)
+    Turn.objects.filter(pk=retrying.pk).update(status=Turn.Status.RUNNING, attempts=1, queued_at=ago(3600))
+    retrying.refresh_from_db()
+    ledger.turn_requeue(turn=retrying, error="model error 503", history=[])
+    later = rest_turn(thread)
+    Turn.objects.filter(pk=later.pk).update(queued_at=ago(3600))
+    # when / then: while the broker could hold the retry, nothing is swept (the later one waits behind it)
     assert (turns_sweep(), busy_broker.call_count) == (0, 0)
+    # when: the retry was lost (older than the redelivery interval)
+    Turn.objects.filter(pk=retrying.pk).update(enqueued_at=ago(broker_redelivery_seconds() + 5))
+    swept = turns_sweep()
+    # then: the retrying turn is enqueued again, still with its attempt counted; the later one still waits for it
+    retrying.refresh_from_db()
+    assert (swept, busy_broker.call_count, busy_broker.call_args.kwargs["args"]) == (1, 1, [retrying.pk])
+    assert (retrying.status, retrying.attempts) == (Turn.Status.QUEUED, 1)

@@ -197,8 +197,9 @@ def attempt_entry(*, turn: Turn, outcome: str, started: float, error: str = "", 
 
 
 def turn_requeue(*, turn: Turn, error: str, history: list, model_input: dict | None = None) -> None:
-    """A model attempt failed for now: back to queued (the task retries after its backoff)."""
-    fields: dict = {"status": Turn.Status.QUEUED, "error": error_text(error)}
+    """A model attempt failed for now: back to queued (the task retries after its backoff). The retry is an enqueue
+    the broker holds from now on: stamped, so the sweeper leaves the turn to it while the broker could hold it."""
+    fields: dict = {"status": Turn.Status.QUEUED, "error": error_text(error), "enqueued_at": timezone.now()}
     fields["retry_history"] = history
     if model_input is not None:
         fields["model_input"] = model_input

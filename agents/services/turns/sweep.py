@@ -1,8 +1,10 @@
 """The one turn sweeper, for every trigger (L2): beat runs `turns_sweep` every minute (agents.tasks.turns_sweep_task).
 
 What it picks up, each bounded:
-- queued, never attempted, whose enqueue was lost: refused by the broker (enqueued_at null) a minute after the
-  turn was created, or taken longer ago than a healthy broker could still be holding it;
+- queued, whose enqueue was lost: refused by the broker (enqueued_at null) a minute after the turn was created, or
+  taken longer ago than a healthy broker could still be holding it; a turn waiting for its Celery retry counts as
+  taken when its attempt failed (ledger.turn_requeue stamps it, and every backoff is shorter than the interval),
+  so a retry the broker lost (Redis restarted without persistence) never holds its conversation for good;
 - running, claimed longer ago than the task's hard time limit (worker killed, a database outage after the ack):
   re-enqueued at most TURN_MAX_SWEEPS times, then failed;
 - replied but not delivered for DELIVERY_RESUME_AFTER_SECONDS (the worker died between storing and sending, or
@@ -30,7 +32,7 @@ from agents.services.turns.conversation import HOLDING_STATUSES, conversation_ne
 
 logger = logging.getLogger(__name__)
 
-# Turns still queued, never attempted, this long after they were created, whose enqueue the broker refused.
+# Turns still queued this long after they were created, whose enqueue the broker refused (or that were deferred).
 TURN_SWEEP_AFTER_SECONDS = 60
 TURN_SWEEP_BATCH = 500
 # A run claimed longer ago than the task's hard time limit plus this margin is dead.
@@ -72,9 +74,7 @@ def _stale_rows(*, now: datetime, older_than_seconds: float) -> list[tuple[int, 
     # A turn waiting for an older one of its conversation (O1) is started by that one, not here; a deferred turn at
     # the head (its hand-back lost with a killed worker) looks like a refused enqueue and is picked up.
     ahead = Turn.objects.filter(thread_id=OuterRef("thread_id"), pk__lt=OuterRef("pk"), status__in=HOLDING_STATUSES)
-    queued = (
-        Q(status=Turn.Status.QUEUED, attempts=0) & (refused | Q(enqueued_at__lt=redelivered_before)) & ~Exists(ahead)
-    )
+    queued = Q(status=Turn.Status.QUEUED) & (refused | Q(enqueued_at__lt=redelivered_before)) & ~Exists(ahead)
     running = Q(status=Turn.Status.RUNNING, claimed_at__lt=now - timedelta(seconds=running_stale_seconds())) & (
         Q(enqueued_at__isnull=True) | Q(enqueued_at__lt=F("claimed_at")) | Q(enqueued_at__lt=redelivered_before)
     )
