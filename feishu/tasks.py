@@ -85,14 +85,41 @@ def feishu_credentials_verify_all_task() -> int:
     return feishu_credentials_verify_all()
 
 
-@shared_task(name="feishu.tasks.catchup_run")
-def catchup_run(bot_pk: int, since_ms: int | None = None) -> int:
+# The waits before each retry of a catch-up Feishu could not answer (a 5xx, a rate limit or a transport failure
+# outlasting feishu_call's own tries): ~15 min in all, each shorter than the broker's visibility timeout (a longer
+# countdown is redelivered meanwhile); then the catch-up fails, logged, and the next trigger reads the gap.
+CATCHUP_RETRY_COUNTDOWNS_SECONDS = (30, 60, 120, 240, 480)
+
+
+# acks_late and reject_on_worker_lost: a worker killed mid catch-up leaves the task to the broker, which hands it to
+# another; running it again is harmless (a message stored already is found, not stored again).
+@shared_task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=len(CATCHUP_RETRY_COUNTDOWNS_SECONDS),
+    name="feishu.tasks.catchup_run",
+)
+def catchup_run(self, bot_pk: int, since_ms: int | None = None) -> int:
     # Inside the task: this module stays a leaf (feishu.inbound.catchup imports it to enqueue this task).
     from agents.models import Bot
     from feishu.inbound.catchup import catchup_run as run
+    from feishu.outbound.api_errors import FeishuApiError
 
     bot = Bot.objects.filter(pk=bot_pk, is_enabled=True).first()
+    if bot is None:
+        return 0
     # `since_ms`: where the trigger said to start reading (feishu.inbound.catchup.catchup_enqueue); None: from
-    # where the bot's stored messages end when this runs.
+    # where the bot's stored messages end when this runs. A retry keeps it: the gap's start does not move.
     since = datetime.fromtimestamp(since_ms / 1000, tz=UTC) if since_ms is not None else None
-    return run(bot=bot, since=since).stored if bot is not None else 0
+    retries = self.request.retries
+    while True:
+        try:
+            return run(bot=bot, since=since).stored
+        except FeishuApiError as error:
+            if not error.is_retryable or retries >= len(CATCHUP_RETRY_COUNTDOWNS_SECONDS):
+                raise  # a refusal (a missing scope, say) is final: the bot's setup page says which scope
+            if self.request.is_eager:  # no broker to schedule a retry on (as turn_run_task): try again at once
+                retries += 1
+                continue
+            raise self.retry(exc=error, countdown=CATCHUP_RETRY_COUNTDOWNS_SECONDS[retries]) from error

@@ -15,6 +15,7 @@ from feishu import tasks as feishu_tasks
 from feishu.inbound.routing import ROUTE_MISSED
 from feishu.inbound.signing import message_event_payload
 from feishu.models import InboundEvent
+from feishu.outbound.api_errors import FeishuApiError
 from tests.feishu.conftest import bot_open_id
 
 CHAT = "oc_busy_group"
@@ -176,3 +177,31 @@ def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_st
     ]
     assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
     assert len(feishu_stub.sent) == 1
+
+
+@pytest.mark.django_db
+def test_d2_a_catch_up_feishu_cannot_answer_for_now_is_retried_from_the_same_start_and_a_refusal_is_not(
+    feishu, make_feishu_bot
+):
+    # given a group the bot heard, an @ said while the hub was away, and Feishu answering the list with 500 twice
+    bot = make_feishu_bot(reply_format="text", receipt_emoji="")
+    feishu.say(bot, text="morning all", chat_id=CHAT, message_id="om_seen")
+    since_ms = int((timezone.now() - timedelta(minutes=5)).timestamp() * 1000)
+    feishu.stub.add_message(
+        message_id="om_said_away", chat_id=CHAT, text="@_user_1 ping", mentions=_mention(bot), sender_id="ou_alice"
+    )
+    feishu.stub.fail_next("list", status=500, code=55001, msg="internal error", times=2)
+    # when the catch-up task runs (eagerly here: each retry runs at once, with the arguments it was given)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        stored = feishu_tasks.catchup_run.delay(bot_pk=bot.pk, since_ms=since_ms).get()
+    # then the third try read the gap from the same start: the @ stored once and answered once
+    starts = {tuple(r.query["start_time"]) for r in feishu.stub.requests_to("list")}
+    assert (stored, len(feishu.stub.requests_to("list")), starts) == (1, 3, {(str(since_ms // 1000),)})
+    assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_away"]
+
+    # given Feishu refusing the read (the app lacks the group-history scope): final, not retried
+    feishu.stub.fail_next("list", status=400, code=99991672, msg="Access denied: im:message.group_msg")
+    reads_before = len(feishu.stub.requests_to("list"))
+    with pytest.raises(FeishuApiError, match="Access denied"):
+        feishu_tasks.catchup_run.delay(bot_pk=bot.pk, since_ms=since_ms).get()
+    assert len(feishu.stub.requests_to("list")) == reads_before + 1
