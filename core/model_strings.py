@@ -429,5 +429,15 @@ MODEL_STRINGS = frozenset(
         gettext_noop("audio seconds"),
         gettext_noop("model name"),
         gettext_noop("transcription model"),
+        # issue 23: recorded catch-ups (D2)
+        gettext_noop("An operator's catch up action"),
+        gettext_noop("Hub started after an outage"),
+        gettext_noop("Long connection back after a gap"),
+        gettext_noop("Where the reading starts: Feishu's messages sent from then on are read."),
+        gettext_noop("chats"),
+        gettext_noop("read"),
+        gettext_noop("requested at"),
+        gettext_noop("since"),
+        gettext_noop("stored"),
     }
 )

@@ -188,6 +188,41 @@ class HubHeartbeat(models.Model):
         return f"alive at {self.alive_at:%Y-%m-%d %H:%M:%S}"
 
 
+class CatchupRun(models.Model):
+    """One catch-up of a bot (D2), recorded when it is triggered, before its task is queued: where the reading
+    starts is fixed here, and a catch-up whose task the broker refused or lost is queued again by the inbound
+    sweeper (feishu.inbound.catchup.catchups_sweep), so a gap is read even when the trigger met a broker outage
+    or its worker died. Finished when its task ran: what it read and stored, or why it could not."""
+
+    class Trigger(models.TextChoices):
+        RECONNECT = "reconnect", "Long connection back after a gap"
+        HUB_START = "hub_start", "Hub started after an outage"
+        OPERATOR = "operator", "An operator's catch up action"
+
+    bot = models.ForeignKey("agents.Bot", on_delete=models.CASCADE, related_name="catchups")
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    since = models.DateTimeField(help_text="Where the reading starts: Feishu's messages sent from then on are read.")
+    requested_at = models.DateTimeField(auto_now_add=True)
+    # When its task was last handed to the broker (None: not yet, or the broker refused it).
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    # How many times the sweeper queued it again (bounded: feishu.inbound.catchup.CATCHUP_MAX_SWEEPS).
+    sweeps = models.PositiveSmallIntegerField(default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    chats = models.PositiveIntegerField(default=0)
+    read = models.PositiveIntegerField(default=0)
+    stored = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["requested_at"], condition=Q(finished_at__isnull=True), name="catchup_open_idx"),
+            models.Index(fields=["bot", "-requested_at"], name="catchup_bot_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"catch-up {self.pk} of bot {self.bot_id} ({self.trigger})"
+
+
 class SandboxCall(models.Model):
     """One Feishu call of a sandbox bot, answered and recorded on this machine (feishu/outbound/sandbox.py)."""
 

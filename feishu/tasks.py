@@ -6,7 +6,7 @@ task, so that this module imports none of ours at its top and every service may 
 (the accepted task↔service pattern, ARCHITECTURE §11.0).
 """
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from celery import shared_task
 
@@ -23,6 +23,7 @@ def inbound_event_process(event_pk: int) -> str:
 @shared_task(name="amuxweb.feishu.tasks.inbound_events_sweep")
 def inbound_events_sweep() -> int:
     # Inside the task: this module stays a leaf (intake imports it to enqueue inbound_event_process).
+    from feishu.inbound.catchup_runs import catchups_sweep
     from feishu.inbound.hub_start import hub_heartbeat_stamp
     from feishu.inbound.intake import inbound_events_sweep as sweep
     from feishu.outbound.delivery import notices_sweep
@@ -30,7 +31,7 @@ def inbound_events_sweep() -> int:
     hub_heartbeat_stamp()  # D2: the hub is alive (a start after a longer gap catches up, feishu.inbound.hub_start)
 
     # Turns of every channel, Feishu's included, are swept by agents' one turn sweeper (turns_sweep_task).
-    return len(sweep()) + len(notices_sweep())
+    return len(sweep()) + len(notices_sweep()) + catchups_sweep()
 
 
 @shared_task(name="amuxweb.feishu.tasks.bridge_records_prune")
@@ -87,7 +88,7 @@ def feishu_credentials_verify_all_task() -> int:
 
 # The waits before each retry of a catch-up Feishu could not answer (a 5xx, a rate limit or a transport failure
 # outlasting feishu_call's own tries): ~15 min in all, each shorter than the broker's visibility timeout (a longer
-# countdown is redelivered meanwhile); then the catch-up fails, logged, and the next trigger reads the gap.
+# countdown is redelivered meanwhile); then the run records the error and the next trigger reads the gap.
 CATCHUP_RETRY_COUNTDOWNS_SECONDS = (30, 60, 120, 240, 480)
 
 
@@ -100,25 +101,18 @@ CATCHUP_RETRY_COUNTDOWNS_SECONDS = (30, 60, 120, 240, 480)
     max_retries=len(CATCHUP_RETRY_COUNTDOWNS_SECONDS),
     name="feishu.tasks.catchup_run",
 )
-def catchup_run(self, bot_pk: int, since_ms: int | None = None) -> int:
-    # Inside the task: this module stays a leaf (feishu.inbound.catchup imports it to enqueue this task).
-    from agents.models import Bot
-    from feishu.inbound.catchup import catchup_run as run
+def catchup_run(self, catchup_pk: int) -> int:
+    # Inside the task: this module stays a leaf (feishu.inbound.catchup_runs imports it to enqueue this task).
+    from feishu.inbound.catchup_runs import catchup_execute
     from feishu.outbound.api_errors import FeishuApiError
 
-    bot = Bot.objects.filter(pk=bot_pk, is_enabled=True).first()
-    if bot is None:
-        return 0
-    # `since_ms`: where the trigger said to start reading (feishu.inbound.catchup.catchup_enqueue); None: from
-    # where the bot's stored messages end when this runs. A retry keeps it: the gap's start does not move.
-    since = datetime.fromtimestamp(since_ms / 1000, tz=UTC) if since_ms is not None else None
     retries = self.request.retries
     while True:
         try:
-            return run(bot=bot, since=since).stored
-        except FeishuApiError as error:
-            if not error.is_retryable or retries >= len(CATCHUP_RETRY_COUNTDOWNS_SECONDS):
-                raise  # a refusal (a missing scope, say) is final: the bot's setup page says which scope
+            may_retry = retries < len(CATCHUP_RETRY_COUNTDOWNS_SECONDS)
+            # The run's row holds where the reading starts (fixed by its trigger): a retry reads the same gap.
+            return catchup_execute(catchup_pk=catchup_pk, may_retry=may_retry)
+        except FeishuApiError as error:  # raised only while a retry is allowed
             if self.request.is_eager:  # no broker to schedule a retry on (as turn_run_task): try again at once
                 retries += 1
                 continue

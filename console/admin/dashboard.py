@@ -21,8 +21,7 @@ from console.dashboard.costs import WINDOWS
 from console.dashboard.setup import bot_setup_get
 from core.admin import TranslatableText, list_url, related_links
 from core.tasks_enqueue import task_enqueue
-from feishu.inbound.catchup import catchup_run
-from feishu.outbound.api_errors import FeishuApiError
+from feishu.inbound.catchup_runs import catchup_now
 from feishu.outbound.verify import feishu_credentials_verify
 from feishu.tasks import feishu_credentials_verify_task
 from probe.admin import cause_explained
@@ -55,15 +54,14 @@ class BotOverviewAdmin(BotAdmin):
     def catch_up(self, request: HttpRequest, queryset) -> None:
         # D2: read each active group's messages since the newest stored one and store what was missed.
         for bot in queryset:
-            try:
-                result = catchup_run(bot=bot)
-            except FeishuApiError as error:  # Feishu said no (a missing scope, say): the page says why, no 500
-                self.message_user(request, f"{bot.slug}: {error}", messages.ERROR)
+            catchup = catchup_now(bot=bot)
+            if catchup.error:  # Feishu said no (a missing scope, say): the page says why, no 500
+                self.message_user(request, f"{bot.slug}: {catchup.error}", messages.ERROR)
                 continue
             self.message_user(
                 request,
                 _("%(bot)s: %(read)d message(s) read in %(chats)d group(s), %(stored)d new.")
-                % {"bot": bot.slug, "read": result.read, "chats": result.chats, "stored": result.stored},
+                % {"bot": bot.slug, "read": catchup.read, "chats": catchup.chats, "stored": catchup.stored},
                 messages.SUCCESS,
             )
 

@@ -17,11 +17,12 @@ from console.dashboard.setup import event_url
 from core.admin import list_url
 from feishu.inbound.connection_state import connection_history
 from feishu.inbound.refusals import RefusalCount, refusal_counts
-from feishu.models import FeishuConnection, FeishuCredentialCheck, InboundEvent
+from feishu.models import CatchupRun, FeishuConnection, FeishuCredentialCheck, InboundEvent
 from probe.models import ProbeJudgement
 from probe.selectors import gate_config_get
 
 RECENT = 10
+RECENT_CATCHUPS = 5
 
 
 @dataclass
@@ -42,6 +43,7 @@ class BotOverview:
     last_event: InboundEvent | None
     refusals: list[RefusalCount]  # refused webhook requests per reason (D3)
     connection_history: list[dict]  # the long connection's recent transitions and why, newest first (D1)
+    catchups: list[CatchupRun]  # the newest catch-ups (D2): pending, what they read and stored, or why they failed
     # H3: seconds of voice the bot's transcription model was sent, per cost window (24h, 7d, 30d).
     voice_seconds: dict[str, int]
 
@@ -74,6 +76,7 @@ def bot_overview_get(*, bot: Bot, request: HttpRequest) -> BotOverview:
         connection_history=connection_history(bot)
         if bot.feishu_event_mode == Bot.FeishuEventMode.LONG_CONNECTION
         else [],
+        catchups=list(CatchupRun.objects.filter(bot=bot).order_by("-requested_at", "-pk")[:RECENT_CATCHUPS]),
         voice_seconds=_voice_seconds(bot=bot),
     )
 

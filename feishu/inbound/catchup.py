@@ -13,14 +13,14 @@ feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects
 was down longer than AMUX_BACKFILL_AFTER_SECONDS (feishu.inbound.hub_start). Topic replies are read with their
 group's chat container; topics are not read as containers of their own.
 
-Where the reading starts is fixed when the trigger fires (`catchup_enqueue`), not when the task runs: the intake
-is back by then, and a message it stores before a worker takes the task (a new one, or a Feishu retry) would move
-"the newest stored" past the gap, which would then never be read.
+Where the reading starts is fixed when the trigger fires (feishu.inbound.catchup_runs records each catch-up, and
+queues it again when its task is refused or lost), not when the task runs: the intake is back by then, and a
+message it stores before a worker takes the task (a new one, or a Feishu retry) would move "the newest stored"
+past the gap, which would then never be read.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -29,11 +29,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu import tasks as feishu_tasks
 
 # The module, not its name: it is lazy (lark-oapi), and the admin imports this module at startup.
 from feishu.inbound import webhook as feishu_webhook
@@ -136,17 +134,6 @@ def catchup_since(*, bot: Bot, now: datetime | None = None) -> datetime:
     lookback back)."""
     now = now or timezone.now()
     return max(_newest_stored_message_at(bot=bot, now=now), now - CATCHUP_LOOKBACK)
-
-
-def catchup_enqueue(*, bot: Bot, gap_started: datetime | None = None) -> datetime:
-    """Enqueue the bot's catch-up (on commit), reading from where its stored messages end now, or from
-    `gap_started` when that is earlier (see the module docstring: fixed now, not when a worker runs it)."""
-    since = catchup_since(bot=bot)
-    if gap_started is not None:
-        since = min(since, gap_started)
-    since_ms = int(since.timestamp() * 1000)
-    transaction.on_commit(functools.partial(feishu_tasks.catchup_run.delay, bot_pk=bot.pk, since_ms=since_ms))
-    return since
 
 
 def catchup_run(*, bot: Bot, since: datetime | None = None) -> CatchupResult:

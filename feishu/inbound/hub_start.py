@@ -20,8 +20,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.models import Bot
-from feishu.inbound.catchup import catchup_enqueue
-from feishu.models import HubHeartbeat
+from feishu.inbound.catchup_runs import catchup_enqueue
+from feishu.models import CatchupRun, HubHeartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,6 @@ def hub_start_catchup(*, now: datetime | None = None) -> int:
     bots = catchup_bots()
     for bot in bots:
         # From the last stamp before the gap at the latest: the web may be storing Feishu's retries already.
-        catchup_enqueue(bot=bot, gap_started=seen)
+        catchup_enqueue(bot=bot, trigger=CatchupRun.Trigger.HUB_START, gap_started=seen)
     logger.info("hub started after a gap, catching up", extra={"gap_seconds": round(gap), "bots": len(bots)})
     return len(bots)

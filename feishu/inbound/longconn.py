@@ -36,11 +36,11 @@ from django.utils import timezone
 from agents.models import Bot
 from feishu.channel.approvals import card_action_answer
 from feishu.inbound.card_actions import card_press_answer
-from feishu.inbound.catchup import catchup_enqueue
+from feishu.inbound.catchup_runs import catchup_enqueue
 from feishu.inbound.connection_state import connection_state_record
 from feishu.inbound.watchdog import Verdict, silence_seconds_bound, silence_verdict, tick_seconds
 from feishu.inbound.webhook import captured_event_prepare, captured_event_store, event_app_matches, event_handler_build
-from feishu.models import FeishuConnection
+from feishu.models import CatchupRun, FeishuConnection
 from feishu.outbound.sdk import CustomizedEvent, LogLevel, ws_client_module
 
 logger = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class LongConnection:
         if back:  # what Feishu pushed meanwhile is gone (no redelivery here): catch up with it (D2)
             # In the database thread before any frame of this connection is stored (it runs them in order): the
             # catch-up reads from where the stored messages end now, not where they end when a worker takes it.
-            self._in_db_thread(catchup_enqueue, bot=self.bot)
+            self._in_db_thread(catchup_enqueue, bot=self.bot, trigger=CatchupRun.Trigger.RECONNECT)
 
     def _reconnecting(self) -> None:
         logger.warning("feishu long connection lost; reconnecting", extra={"bot": self.bot.slug})

@@ -12,10 +12,10 @@ from django.utils import timezone
 
 from agents.models import Turn
 from feishu import tasks as feishu_tasks
+from feishu.inbound.catchup_runs import catchup_record
 from feishu.inbound.routing import ROUTE_MISSED
 from feishu.inbound.signing import message_event_payload
-from feishu.models import InboundEvent
-from feishu.outbound.api_errors import FeishuApiError
+from feishu.models import CatchupRun, InboundEvent
 from tests.feishu.conftest import bot_open_id
 
 CHAT = "oc_busy_group"
@@ -146,8 +146,8 @@ def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_st
     # busy worker) instead of running at once
     stub, bot = ws_stub, long_connection_bot
     stub.keeps_undelivered = False  # the long connection has no redelivery of what it never delivered
-    queued: list[dict] = []
-    monkeypatch.setattr(feishu_tasks.catchup_run, "delay", lambda **kwargs: queued.append(kwargs))
+    queued: list[list] = []
+    monkeypatch.setattr(feishu_tasks.catchup_run, "apply_async", lambda args, **options: queued.append(args))
     connection = connect(bot)
     heard = _said(bot, message_id="om_heard", text="hello", sender="ou_alice")
     stub.wait_acked([stub.push(_sent_at(heard, seconds_ago=60))])
@@ -168,7 +168,7 @@ def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_st
     connection.flush()
     assert len(queued) == 1
     with TestCase.captureOnCommitCallbacks(execute=True):
-        feishu_tasks.catchup_run.apply(kwargs=queued[0])
+        feishu_tasks.catchup_run.apply(args=queued[0])
     # then the catch-up read from the gap's start: the @ said while away is stored once and answered once
     assert sorted(InboundEvent.objects.filter(bot=bot).values_list("message_id", flat=True)) == [
         "om_heard",
@@ -186,22 +186,27 @@ def test_d2_a_catch_up_feishu_cannot_answer_for_now_is_retried_from_the_same_sta
     # given a group the bot heard, an @ said while the hub was away, and Feishu answering the list with 500 twice
     bot = make_feishu_bot(reply_format="text", receipt_emoji="")
     feishu.say(bot, text="morning all", chat_id=CHAT, message_id="om_seen")
-    since_ms = int((timezone.now() - timedelta(minutes=5)).timestamp() * 1000)
+    gap_started = timezone.now() - timedelta(minutes=5)
     feishu.stub.add_message(
         message_id="om_said_away", chat_id=CHAT, text="@_user_1 ping", mentions=_mention(bot), sender_id="ou_alice"
     )
     feishu.stub.fail_next("list", status=500, code=55001, msg="internal error", times=2)
-    # when the catch-up task runs (eagerly here: each retry runs at once, with the arguments it was given)
+    # when the recorded catch-up's task runs (eagerly here: each retry runs at once)
+    catchup = catchup_record(bot=bot, trigger=CatchupRun.Trigger.RECONNECT, gap_started=gap_started)
     with TestCase.captureOnCommitCallbacks(execute=True):
-        stored = feishu_tasks.catchup_run.delay(bot_pk=bot.pk, since_ms=since_ms).get()
-    # then the third try read the gap from the same start: the @ stored once and answered once
+        stored = feishu_tasks.catchup_run.delay(catchup.pk).get()
+    # then the third try read the gap from the same start: the @ stored once and answered once, the run finished
     starts = {tuple(r.query["start_time"]) for r in feishu.stub.requests_to("list")}
-    assert (stored, len(feishu.stub.requests_to("list")), starts) == (1, 3, {(str(since_ms // 1000),)})
+    assert (stored, len(feishu.stub.requests_to("list")), starts) == (1, 3, {(str(int(gap_started.timestamp())),)})
     assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_away"]
+    catchup.refresh_from_db()
+    assert (catchup.finished_at is not None, catchup.read, catchup.stored, catchup.error) == (True, 1, 1, "")
 
-    # given Feishu refusing the read (the app lacks the group-history scope): final, not retried
+    # given Feishu refusing the read (the app lacks the group-history scope): final, not retried, recorded
     feishu.stub.fail_next("list", status=400, code=99991672, msg="Access denied: im:message.group_msg")
     reads_before = len(feishu.stub.requests_to("list"))
-    with pytest.raises(FeishuApiError, match="Access denied"):
-        feishu_tasks.catchup_run.delay(bot_pk=bot.pk, since_ms=since_ms).get()
+    refused = catchup_record(bot=bot, trigger=CatchupRun.Trigger.OPERATOR)
+    assert feishu_tasks.catchup_run.delay(refused.pk).get() == 0
     assert len(feishu.stub.requests_to("list")) == reads_before + 1
+    refused.refresh_from_db()
+    assert refused.finished_at is not None and "Access denied" in refused.error

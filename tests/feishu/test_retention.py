@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from feishu.models import DiscussWake, InboundEvent, SandboxCall
+from feishu.models import CatchupRun, DiscussWake, InboundEvent, SandboxCall
 from feishu.tasks import bridge_records_prune
 from tests.agents.factories import BotFactory
 
@@ -48,14 +48,20 @@ def test_f2_finished_records_older_than_the_retention_are_pruned_and_everything_
     past_retry_window = _event(bot, message_id="om_8h", status=InboundEvent.Status.DONE, age=timedelta(hours=8))
     _wake(bot, root="om_w1", status=DiscussWake.Status.DONE, age=old)
     open_wake = _wake(bot, root="om_w2", status=DiscussWake.Status.PENDING, age=old)
+    finished_catchup, open_catchup = (
+        CatchupRun.objects.create(bot=bot, trigger="reconnect", since=timezone.now()) for _ in "ab"
+    )
+    CatchupRun.objects.filter(pk=finished_catchup.pk).update(finished_at=timezone.now() - old)
+    CatchupRun.objects.update(requested_at=timezone.now() - old)
     # when
     removed = bridge_records_prune.delay().get()
     # then
-    assert removed == {"inbound_events": 2, "discuss_wakes": 1, "arbitrations": 0, "sandbox_calls": 0}
+    assert removed == {"inbound_events": 2, "discuss_wakes": 1, "arbitrations": 0, "catchups": 1, "sandbox_calls": 0}
     remaining = set(InboundEvent.objects.values_list("pk", flat=True))
     assert remaining == {old_pending.pk, past_retry_window.pk}
     assert not remaining & {old_done.pk, old_ignored.pk}
     assert set(DiscussWake.objects.values_list("pk", flat=True)) == {open_wake.pk}
+    assert list(CatchupRun.objects.values_list("pk", flat=True)) == [open_catchup.pk]  # a catch-up still owed
 
 
 def _sandbox_call(*, path: str, age: timedelta) -> SandboxCall:
@@ -72,5 +78,5 @@ def test_sandbox_calls_older_than_their_retention_are_pruned_and_newer_ones_kept
     # when
     removed = bridge_records_prune.delay().get()
     # then
-    assert removed == {"inbound_events": 0, "discuss_wakes": 0, "arbitrations": 0, "sandbox_calls": 1}
+    assert removed == {"inbound_events": 0, "discuss_wakes": 0, "arbitrations": 0, "catchups": 0, "sandbox_calls": 1}
     assert list(SandboxCall.objects.values_list("pk", flat=True)) == [recent.pk]
