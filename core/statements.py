@@ -21,30 +21,57 @@ from django.db.models.sql import UpdateQuery
 from core.columns import column_name, concrete_field
 
 
+def _insert_statement(instance: Model) -> tuple[str, list]:
+    """The INSERT `instance.save(force_insert=True)` would run, without RETURNING, as (sql, params): every concrete
+    field but the pk, each value through its field's pre_save (auto_now_add) and adapter, as `save()` sends it."""
+    meta = instance._meta
+    quote = connection.ops.quote_name
+    fields = [field for field in meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(quote(column_name(field)) for field in fields)
+    params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
+    return f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})", params
+
+
+def _saved(instance: Model, pk) -> None:
+    """Mark `instance` as the row `pk` the database just inserted, as `save()` would."""
+    instance.pk = pk
+    instance._state.adding = False
+    instance._state.db = connection.alias
+
+
+def _conflict_columns(model: type[Model], names: tuple[str, ...]) -> str:
+    return ", ".join(connection.ops.quote_name(column_name(concrete_field(model, name))) for name in names)
+
+
+def _execute_carrying(cursor, *, sql: str, params: list, carried_write: tuple[str, list] | None) -> None:
+    """Run `sql` with `carried_write` (another table's UPDATE, as (sql, params)) in the same statement on PostgreSQL,
+    a data-modifying CTE, which runs exactly once whatever the main statement matches; SQLite has no DML in a WITH
+    clause: there it runs just before, in the caller's transaction."""
+    carried_sql, carried_params = carried_write or ("", [])
+    if carried_sql and connection.vendor != "postgresql":
+        cursor.execute(carried_sql, carried_params)
+        carried_sql, carried_params = "", []
+    if carried_sql:
+        cursor.execute(f"WITH carried_write AS ({carried_sql}) {sql}", [*carried_params, *params])
+    else:
+        cursor.execute(sql, params)
+
+
 def insert_unless_exists(*, instance: Model, conflict_fields: tuple[str, ...]) -> bool:
     """INSERT `instance` (unsaved) unless a row with the same `conflict_fields` (a unique constraint's) exists.
 
     True when inserted (the instance then has its pk and is saved, as after `save()`); False on a conflict, with
     nothing written. Values go through each field's pre_save (auto_now_add) and adapter, as `save()` sends them.
     No post_save signal is sent (nothing in the hub listens for the models this is used for)."""
-    meta = instance._meta
-    quote = connection.ops.quote_name
-    fields = [field for field in meta.concrete_fields if not field.primary_key]
-    columns = ", ".join(quote(column_name(field)) for field in fields)
-    params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
-    conflict = ", ".join(quote(column_name(concrete_field(type(instance), name))) for name in conflict_fields)
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
-        f" ON CONFLICT ({conflict}) DO NOTHING RETURNING {quote(column_name(meta.pk))}"
-    )
+    insert, params = _insert_statement(instance)
+    conflict = _conflict_columns(type(instance), conflict_fields)
+    pk_column = connection.ops.quote_name(column_name(instance._meta.pk))
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(f"{insert} ON CONFLICT ({conflict}) DO NOTHING RETURNING {pk_column}", params)
         row = cursor.fetchone()
     if row is None:
         return False
-    instance.pk = row[0]
-    instance._state.adding = False
-    instance._state.db = connection.alias
+    _saved(instance, row[0])
     return True
 
 
@@ -58,13 +85,9 @@ def insert_with_update(*, instance: Model, queryset: QuerySet, values: dict, ref
     if connection.vendor != "postgresql":
         instance.save(force_insert=True)
         return queryset.update(**values, **{reference: instance})
-    meta = instance._meta
     quote = connection.ops.quote_name
-    fields = [field for field in meta.concrete_fields if not field.primary_key]
-    columns = ", ".join(quote(column_name(field)) for field in fields)
-    params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
-    pk_column = quote(column_name(meta.pk))
-    insert = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+    insert, params = _insert_statement(instance)
+    pk_column = quote(column_name(instance._meta.pk))
     update_sql, update_params = update_statement(
         queryset=queryset, values={**values, reference: RawSQL(f"SELECT {pk_column} FROM new_row", [])}
     )
@@ -76,9 +99,7 @@ def insert_with_update(*, instance: Model, queryset: QuerySet, values: dict, ref
         )
         rows = cursor.fetchall()
     if rows:
-        instance.pk = rows[0][0]
-        instance._state.adding = False
-        instance._state.db = connection.alias
+        _saved(instance, rows[0][0])
     return len(rows)
 
 
@@ -90,26 +111,16 @@ def insert_or_refresh(
     PostgreSQL, SQLite >= 3.24), where reading the row first, then inserting it in a savepoint or updating it, took
     two to four (issue 28). The instance gets no pk (the callers need none). `carried_write`: another table's
     UPDATE in the same statement on PostgreSQL (see `update_carrying`), just before it on SQLite."""
-    meta = instance._meta
-    quote = connection.ops.quote_name
-    fields = [field for field in meta.concrete_fields if not field.primary_key]
-    columns = ", ".join(quote(column_name(field)) for field in fields)
-    params = [field.get_db_prep_save(field.pre_save(instance, add=True), connection) for field in fields]
-    table = quote(meta.db_table)
-    conflict = ", ".join(quote(column_name(concrete_field(type(instance), name))) for name in conflict_fields)
-    column = quote(column_name(concrete_field(type(instance), refreshed)))
-    carried_sql, carried_params = carried_write or ("", [])
+    insert, params = _insert_statement(instance)
+    table = connection.ops.quote_name(instance._meta.db_table)
+    conflict = _conflict_columns(type(instance), conflict_fields)
+    column = connection.ops.quote_name(column_name(concrete_field(type(instance), refreshed)))
+    upsert = (
+        f"{insert} ON CONFLICT ({conflict}) DO UPDATE SET {column} = excluded.{column}"
+        f" WHERE excluded.{column} <> '' AND {table}.{column} <> excluded.{column}"
+    )
     with connection.cursor() as cursor:
-        if carried_sql and connection.vendor != "postgresql":
-            cursor.execute(carried_sql, carried_params)
-            carried_sql, carried_params = "", []
-        cursor.execute(
-            (f"WITH carried_write AS ({carried_sql}) " if carried_sql else "")
-            + f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
-            f" ON CONFLICT ({conflict}) DO UPDATE SET {column} = excluded.{column}"
-            f" WHERE excluded.{column} <> '' AND {table}.{column} <> excluded.{column}",
-            [*carried_params, *params],
-        )
+        _execute_carrying(cursor, sql=upsert, params=params, carried_write=carried_write)
 
 
 def update_returning(*, queryset: QuerySet, values: dict, returning: QuerySet) -> list[tuple]:
@@ -134,16 +145,10 @@ def update_statement(*, queryset: QuerySet, values: dict) -> tuple[str, list]:
 
 def update_carrying(*, queryset: QuerySet, values: dict, carried_write: tuple[str, list] | None) -> int:
     """UPDATE `queryset` with `values`, with `carried_write` (an UPDATE of another table, as (sql, params)) in the
-    same statement on PostgreSQL: a data-modifying CTE runs exactly once, whatever the main statement matches. SQLite
-    has no DML in a WITH clause: there it runs just before, in the caller's transaction. The rows updated."""
-    carried_sql, carried_params = carried_write or ("", [])
-    if not carried_sql:
+    same statement on PostgreSQL, just before it on SQLite (`_execute_carrying`). The rows updated."""
+    if carried_write is None:
         return queryset.update(**values)
     update_sql, update_params = update_statement(queryset=queryset, values=values)
     with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
-            cursor.execute(carried_sql, carried_params)
-            cursor.execute(update_sql, update_params)
-        else:
-            cursor.execute(f"WITH carried_write AS ({carried_sql}) {update_sql}", [*carried_params, *update_params])
+        _execute_carrying(cursor, sql=update_sql, params=update_params, carried_write=carried_write)
         return cursor.rowcount
