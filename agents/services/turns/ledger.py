@@ -166,10 +166,9 @@ def turn_prepared_store(
         )
         if not won:
             transaction.set_rollback(True)  # another run recorded its prompt first: ours goes
-    if won:
-        message_created_log(message=message)
     if not won:
         return Turn.objects.select_related("user_message", "thread", "bot__primary_model__provider").get(pk=turn.pk)
+    message_created_log(message=message)
     turn.user_message = message
     turn.context_decision_id = context_decision_id
     turn.channel_state = {**(turn.channel_state or {}), **channel_state}
@@ -248,12 +247,11 @@ def turn_reply_store(
         if not won:
             # Another run of this turn stored its reply first: drop ours (rolled back with this transaction).
             transaction.set_rollback(True)
-    if won:
-        message_created_log(message=reply)
     if not won:
         turn.refresh_from_db()  # the winner's reply and notes (e.g. its streaming card) are what gets delivered
         turn_delivery_attempt_count(turn=turn)
         return turn.reply_message, False
+    message_created_log(message=reply)
     turn.reply_message = reply
     turn.status = Turn.Status.REPLIED
     turn.usage, turn.model_input, turn.retry_history, turn.error = usage, model_input, history, ""
@@ -281,24 +279,24 @@ def _finish(*, turn_id: int, status: str, from_statuses, now: datetime | None = 
         fields["error"] = error_text(fields["error"])
     done = Turn.objects.filter(pk=turn_id, status__in=from_statuses).update(status=status, finished_at=now, **fields)
     if done:
-        logger.info("turn finished", extra={"turn_id": turn_id, "status": status, "error": fields.get("error", "")})
+        _finished_log(turn_id=turn_id, status=status, error=fields.get("error", ""))
     return bool(done)
 
 
-def turn_mark_delivered(*, turn: Turn) -> bool:
-    return _finish(turn_id=turn.pk, status=Turn.Status.DELIVERED, from_statuses=[Turn.Status.REPLIED], error="")
+def _finished_log(*, turn_id: int, status: str, error: str) -> None:
+    logger.info("turn finished", extra={"turn_id": turn_id, "status": status, "error": error})
 
 
 def turn_mark_delivered_reading(*, turn: Turn, returning: QuerySet) -> list[tuple]:
-    """`turn_mark_delivered` whose UPDATE also reads the one value `returning` selects (conversation's next turn,
-    issue 28): [(value,)] when the turn was marked, [] when it was not replied any more."""
+    """Mark a replied turn delivered, its UPDATE also reading the one value `returning` selects (the conversation's
+    next turn, issue 28): [(value,)] when the turn was marked, [] when it was not replied any more."""
     rows = update_returning(
         queryset=Turn.objects.filter(pk=turn.pk, status=Turn.Status.REPLIED),
         values={"status": Turn.Status.DELIVERED, "finished_at": timezone.now(), "error": ""},
         returning=returning,
     )
     if rows:
-        logger.info("turn finished", extra={"turn_id": turn.pk, "status": Turn.Status.DELIVERED, "error": ""})
+        _finished_log(turn_id=turn.pk, status=Turn.Status.DELIVERED, error="")
     return rows
 
 
