@@ -29,6 +29,11 @@ def bot_open_id(bot: Bot) -> str:
     return f"ou_bot_{bot.feishu_app_id}"
 
 
+def listed_mention(bot: Bot) -> list[dict]:
+    """An @ of the bot as im.v1.message.list gives it (the `mentions` of the REST stub's `add_message`)."""
+    return [{"key": "@_user_1", "id": bot_open_id(bot), "id_type": "open_id", "name": bot.name}]
+
+
 def fixture_payload(name: str, *, bot: Bot) -> dict[str, Any]:
     raw = (FIXTURES / f"{name}.json").read_text()
     raw = (

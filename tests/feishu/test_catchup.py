@@ -16,7 +16,7 @@ from feishu.inbound.catchup_runs import catchup_record
 from feishu.inbound.routing import ROUTE_MISSED
 from feishu.inbound.signing import message_event_payload
 from feishu.models import CatchupRun, InboundEvent
-from tests.feishu.conftest import bot_open_id
+from tests.feishu.conftest import listed_mention
 
 CHAT = "oc_busy_group"
 
@@ -24,10 +24,6 @@ CHAT = "oc_busy_group"
 def _catch_up(admin_client, bot):
     with TestCase.captureOnCommitCallbacks(execute=True):
         return admin_client.post("/admin/agents/bot/", {"action": "catch_up", "_selected_action": [bot.pk]})
-
-
-def _mention(bot) -> list[dict]:
-    return [{"key": "@_user_1", "id": bot_open_id(bot), "id_type": "open_id", "name": bot.name}]
 
 
 @pytest.mark.django_db
@@ -50,7 +46,7 @@ def test_d2_catch_up_stores_each_missed_message_once_answers_a_recent_at_and_mar
         chat_id=CHAT,
         text="@_user_1 still there?",
         create_time_ms=old_ms,
-        mentions=_mention(bot),
+        mentions=listed_mention(bot),
         sender_id="ou_alice",
     )
     stub.add_message(
@@ -61,7 +57,7 @@ def test_d2_catch_up_stores_each_missed_message_once_answers_a_recent_at_and_mar
         chat_id=CHAT,
         text="@_user_1 status please",
         create_time_ms=now_ms - 30_000,
-        mentions=_mention(bot),
+        mentions=listed_mention(bot),
         sender_id="ou_alice",
     )
 
@@ -98,13 +94,7 @@ def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not
     stub.wait_acked([stub.push(heard)])
     # when the connection drops and an @ is said meanwhile that the long connection never delivers
     stub.drop()
-    feishu_stub.add_message(
-        message_id="om_said_while_away",
-        chat_id=CHAT,
-        text="@_user_1 you there?",
-        mentions=_mention(bot),
-        sender_id="ou_alice",
-    )
+    _at_said_while_away(feishu_stub, bot)
     stub.wait_connections(2, timeout=15)
     deadline = time.monotonic() + 20
     while not Turn.objects.filter(bot=bot).exists() and time.monotonic() < deadline:
@@ -117,6 +107,18 @@ def test_d2_a_long_connection_back_after_a_gap_catches_up_with_what_it_could_not
     ]
     assert list(Turn.objects.filter(bot=bot).values_list("source_message_id", flat=True)) == ["om_said_while_away"]
     assert len(feishu_stub.sent) == 1
+
+
+def _at_said_while_away(feishu_stub, bot, *, seconds_ago: float = 0) -> None:
+    """An @ of the bot said in CHAT `seconds_ago` that no push delivers: only Feishu's message list holds it."""
+    feishu_stub.add_message(
+        message_id="om_said_while_away",
+        chat_id=CHAT,
+        text="@_user_1 you there?",
+        mentions=listed_mention(bot),
+        sender_id="ou_alice",
+        create_time_ms=int((time.time() - seconds_ago) * 1000),
+    )
 
 
 def _said(bot, *, message_id: str, text: str, sender: str) -> dict:
@@ -154,14 +156,7 @@ def test_d2_the_catch_up_reads_from_where_the_gap_began_though_the_connection_st
     # when the connection drops, an @ is said meanwhile (30 s ago), and once it is back a new message is
     # stored before any worker takes the queued catch-up
     stub.drop()
-    feishu_stub.add_message(
-        message_id="om_said_while_away",
-        chat_id=CHAT,
-        text="@_user_1 you there?",
-        mentions=_mention(bot),
-        sender_id="ou_alice",
-        create_time_ms=int((time.time() - 30) * 1000),
-    )
+    _at_said_while_away(feishu_stub, bot, seconds_ago=30)
     stub.wait_connections(2, timeout=15)
     new = _said(bot, message_id="om_new", text="back to work", sender="ou_bob")
     stub.wait_acked([stub.push(new)])
@@ -188,7 +183,11 @@ def test_d2_a_catch_up_feishu_cannot_answer_for_now_is_retried_from_the_same_sta
     feishu.say(bot, text="morning all", chat_id=CHAT, message_id="om_seen")
     gap_started = timezone.now() - timedelta(minutes=5)
     feishu.stub.add_message(
-        message_id="om_said_away", chat_id=CHAT, text="@_user_1 ping", mentions=_mention(bot), sender_id="ou_alice"
+        message_id="om_said_away",
+        chat_id=CHAT,
+        text="@_user_1 ping",
+        mentions=listed_mention(bot),
+        sender_id="ou_alice",
     )
     feishu.stub.fail_next("list", status=500, code=55001, msg="internal error", times=2)
     # when the recorded catch-up's task runs (eagerly here: each retry runs at once)

@@ -16,7 +16,7 @@ from agents.services.turns import broker_redelivery_seconds
 from feishu import tasks as feishu_tasks
 from feishu.inbound.catchup_runs import CATCHUP_MAX_SWEEPS, catchup_enqueue, catchups_sweep
 from feishu.models import CatchupRun, InboundEvent
-from tests.feishu.conftest import bot_open_id
+from tests.feishu.conftest import listed_mention
 
 pytestmark = pytest.mark.django_db
 
@@ -33,12 +33,11 @@ def _heard_five_minutes_ago(feishu, bot) -> None:
 
 def _said_while_away(feishu, bot, *, message_id: str) -> None:
     """An @ of the bot said in GROUP half a minute ago that no push delivered (Feishu's list holds it)."""
-    mention = [{"key": "@_user_1", "id": bot_open_id(bot), "id_type": "open_id", "name": bot.name}]
     feishu.stub.add_message(
         message_id=message_id,
         chat_id=GROUP,
         text="@_user_1 are you there?",
-        mentions=mention,
+        mentions=listed_mention(bot),
         sender_id="ou_alice",
         create_time_ms=int((time.time() - 30) * 1000),
     )

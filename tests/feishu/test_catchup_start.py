@@ -22,14 +22,10 @@ from feishu.inbound.routing import ROUTE_MISSED
 from feishu.models import HubHeartbeat, InboundEvent
 from feishu.outbound import budget as send_budget
 from feishu.tasks import inbound_events_sweep
-from tests.feishu.conftest import bot_open_id
+from tests.feishu.conftest import listed_mention
 
 GROUP = "oc_start_group"
 DM = "oc_start_dm"
-
-
-def _mention(bot) -> list[dict]:
-    return [{"key": "@_user_1", "id": bot_open_id(bot), "id_type": "open_id", "name": bot.name}]
 
 
 def _hub_down_since(seconds: float) -> None:
@@ -64,7 +60,7 @@ def test_d2_a_worker_starting_after_an_outage_catches_up_once_a_start_without_a_
         chat_id=GROUP,
         text="@_user_1 anyone?",
         create_time_ms=int(time.time() * 1000) - 20_000,
-        mentions=_mention(bot),
+        mentions=listed_mention(bot),
         sender_id="ou_alice",
     )
 
@@ -143,7 +139,7 @@ def test_d2_explain_of_a_request_read_too_late_says_it_was_not_answered(
         chat_id=GROUP,
         text="@_user_1 ping",
         create_time_ms=now_ms - (settings.AMUX_BACKFILL_ANSWER_WINDOW_SECONDS + 120) * 1000,
-        mentions=_mention(bot),
+        mentions=listed_mention(bot),
         sender_id="ou_alice",
     )
     seen = InboundEvent.objects.get(bot=bot, message_id="om_seen")
@@ -199,7 +195,7 @@ def test_d2_after_a_webhook_outage_feishu_retries_arriving_during_the_catch_up_a
         chat_id=GROUP,
         text="@_user_1 still there?",
         create_time_ms=now_ms - (settings.AMUX_BACKFILL_ANSWER_WINDOW_SECONDS + 300) * 1000,
-        mentions=_mention(bot),
+        mentions=listed_mention(bot),
         sender_id="ou_alice",
     )
     for index in range(1, 55):
@@ -209,7 +205,7 @@ def test_d2_after_a_webhook_outage_feishu_retries_arriving_during_the_catch_up_a
             chat_id=GROUP,
             text=f"@_user_1 question {index}" if message_id in recent_ats else f"remark {index}",
             create_time_ms=now_ms - (280 - index * 5) * 1000,
-            mentions=_mention(bot) if message_id in recent_ats else None,
+            mentions=listed_mention(bot) if message_id in recent_ats else None,
             sender_id="ou_bob",
         )
     # and Feishu's retries (twice each) of messages on both pages arrive while the catch-up asks for page two:
@@ -275,7 +271,7 @@ def test_d2_a_retry_the_web_stored_before_the_worker_started_does_not_move_the_c
     now_ms = int(time.time() * 1000)
     feishu.stub.add_message(
         message_id="om_early", chat_id=GROUP, text="@_user_1 early", create_time_ms=now_ms - 240_000,
-        mentions=_mention(bot), sender_id="ou_alice",
+        mentions=listed_mention(bot), sender_id="ou_alice",
     )  # fmt: skip
     feishu.stub.add_message(message_id="om_late", chat_id=GROUP, text="late", create_time_ms=now_ms - 10_000)
     feishu.say(bot, text="late", chat_id=GROUP, message_id="om_late")
