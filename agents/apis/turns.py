@@ -57,6 +57,22 @@ class ApprovalOutputSerializer(serializers.Serializer):
     decision = ApprovalDecisionOutputSerializer(allow_null=True)
 
 
+class AdmissionOutputSerializer(serializers.Serializer):
+    allowed = serializers.BooleanField()
+    door = serializers.CharField()
+    rule = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class PrincipalOutputSerializer(serializers.Serializer):
+    """U1: the person a turn acts for (a Feishu user's ids, or a hub user's id) and U2's decision at its door."""
+
+    open_id = serializers.CharField()
+    union_id = serializers.CharField()
+    user = serializers.IntegerField(allow_null=True)
+    admission = AdmissionOutputSerializer()
+
+
 class TurnOutputSerializer(serializers.ModelSerializer):
     bot: serializers.SlugRelatedField[Bot] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     reply = MessageOutputSerializer(source="reply_message", allow_null=True)
@@ -74,6 +90,18 @@ class TurnOutputSerializer(serializers.ModelSerializer):
     @extend_schema_field(ApprovalOutputSerializer(many=True))
     def get_approvals(self, turn: Turn) -> list[dict]:
         return [approval_summary(a) for a in turn.approvals.select_related("decision").order_by("step", "index")]
+
+    # U1/U2: who the turn acts for, and the door's decision that let it run.
+    principal = serializers.SerializerMethodField()
+
+    @extend_schema_field(PrincipalOutputSerializer)
+    def get_principal(self, turn: Turn) -> dict:
+        return {
+            "open_id": turn.principal_open_id,
+            "union_id": turn.principal_union_id,
+            "user": turn.principal_user_id,
+            "admission": turn.admission or {},
+        }
 
     # Queue mode collect (O2): a skipped turn names the turn whose reply answered its message, and that turn lists
     # the turns it answered besides its own.
@@ -102,6 +130,7 @@ class TurnOutputSerializer(serializers.ModelSerializer):
             "approvals",
             "answered_by",
             "answers_also",
+            "principal",
         ]
         read_only_fields = fields
 
@@ -145,7 +174,10 @@ class ThreadMessagePostApi(APIView):
         if refusal is not None:
             raise ConflictError(refusal, extra={"thread_id": thread.pk, "channel": thread.channel})
         message, turn = rest_message_post(
-            thread=thread, content=serializer.validated_data["content"], author=request.user.get_username()
+            thread=thread,
+            content=serializer.validated_data["content"],
+            author=request.user.get_username(),
+            user_id=request.user.pk,
         )
         body = {"message": MessageOutputSerializer(message).data, "turn_id": turn.pk}
         return Response(body, status=status.HTTP_202_ACCEPTED)

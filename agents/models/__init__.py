@@ -125,6 +125,14 @@ class Bot(models.Model):
         FOLLOWUP = "followup", "Follow-up: one turn per message, in order"
         STEER = "steer", "Steer: messages join the running turn at its next tool step, else like collect"
 
+    class DmPolicy(models.TextChoices):
+        # U2: who may use the bot in a direct message. Everyone the Feishu app is available to is the default: the
+        # tenant's admin already limits that set (the app's availability), and a DM carries no authority beyond the
+        # person's own (documents are read as them, U3; schedules are capped and re-checked, U4).
+        EVERYONE = "everyone", "Everyone the app is available to"
+        LISTED = "listed", "The people listed (and the owner)"
+        OWNER = "owner", "Only the owner"
+
     class FeishuEventMode(models.TextChoices):
         WEBHOOK = "webhook", "Webhook (Feishu posts to a public URL)"
         LONG_CONNECTION = "long_connection", "Long connection (no public URL needed)"
@@ -198,6 +206,27 @@ class Bot(models.Model):
     )
     # How Feishu replies look (R2) and the receipt reactions (R1); emoji names are Feishu's emoji_type values.
     reply_format = models.CharField(max_length=16, choices=ReplyFormat.choices, default=ReplyFormat.MARKDOWN_CARD)
+    # U2: the bot's owner as a Feishu user (open_id in this bot's app, or union_id): the person the DM policy
+    # "owner" admits, who decides approvals in DMs and for whom the bot reads shared documents as itself (U3).
+    feishu_owner_open_id = models.CharField(
+        _("owner's Feishu id"),
+        max_length=64,
+        blank=True,
+        help_text=_("The owner's open_id in this bot's Feishu app (ou_...) or union_id (on_...)."),
+    )
+    dm_policy = models.CharField(
+        _("direct messages"),
+        max_length=16,
+        choices=DmPolicy.choices,
+        default=DmPolicy.EVERYONE,
+        help_text=_("Who may use the bot in a direct message."),
+    )
+    dm_open_ids = models.JSONField(
+        _("people for direct messages"),
+        default=list,
+        blank=True,
+        help_text=_("Open ids (or union ids) of the people who may message the bot directly, for the listed policy."),
+    )
     # One turn at a time per conversation (O1); what the messages that arrive while it runs become (O2).
     queue_mode = models.CharField(
         max_length=16,
@@ -274,8 +303,14 @@ class Bot(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """Probe settings (P11): 'model' needs a model; clearing the model of a 'model' bot returns to inherit."""
+        """Probe settings (P11): 'model' needs a model; clearing the model of a 'model' bot returns to inherit.
+        The DM list (U2) is a JSON list of ids, stripped."""
         super().clean()
+        people = self.dm_open_ids
+        if not isinstance(people, list) or not all(isinstance(value, str) for value in people):
+            raise ValidationError({"dm_open_ids": 'A JSON list of open ids, e.g. ["ou_1234"]; [] for none.'})
+        self.dm_open_ids = [value.strip() for value in people if value.strip()]
+        self.feishu_owner_open_id = self.feishu_owner_open_id.strip()
         if self.discuss_probe_mode != self.ProbeMode.MODEL or self.discuss_probe_model_id is not None:
             return
         had_model = self.pk is not None and Bot.objects.filter(pk=self.pk, discuss_probe_model__isnull=False).exists()

@@ -4,6 +4,7 @@ Re-exported by agents.models, which Django and every caller use (`agents.models.
 label ("agents.Bot"): agents.models imports this module, so it cannot import them.
 """
 
+from django.conf import settings
 from django.db import models
 
 
@@ -72,6 +73,15 @@ class Turn(models.Model):
     asked_by = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="handoffs")
     # B2: consecutive bot-triggered turns in this Feishu thread up to and including this one (0: a person asked).
     chain_length = models.PositiveSmallIntegerField(default=0)
+    # U1: the person this turn acts for (agents.principals): a Feishu user (open_id as the bot's app knows them,
+    # union_id across one developer's apps) or a hub user (REST, console automations). Set once, at creation.
+    principal_open_id = models.CharField(max_length=64, blank=True)
+    principal_union_id = models.CharField(max_length=64, blank=True)
+    principal_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # U2: the admission decision that let the turn run (door, rule, reason: agents.principals.Admission).
+    admission = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [

@@ -22,6 +22,7 @@ from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from agents.models import Automation, Bot, Thread, Turn
+from agents.principals import DOOR_AUTOMATION, DOOR_SCHEDULE, Admission, Principal
 from agents.services.threads import thread_create
 from agents.services.turns import turn_get_or_create, turn_run
 from agents.tasks import automation_run_task
@@ -128,6 +129,16 @@ def automation_run_now(*, automation: Automation) -> bool:
     return task_enqueue(task=automation_run_task, args=[automation.pk, run_id], what="automation run")
 
 
+def automation_principal(*, automation: Automation) -> tuple[Principal, Admission]:
+    """U1: a run acts for the person who made the automation: a schedule's creator in Feishu (`/schedule`, whom the
+    Feishu channel admits again at every run, U4), else the bot's owner, who made it in the console."""
+    if automation.created_by_open_id:
+        principal = Principal(open_id=automation.created_by_open_id)
+        return principal, Admission(True, DOOR_SCHEDULE, "admitted", "the schedule's creator, checked at each run")
+    principal = Principal(user_id=automation.bot.owner_id)
+    return principal, Admission(True, DOOR_AUTOMATION, "admitted", "the bot's owner made this automation")
+
+
 def automation_run(*, automation: Automation, run_id: str) -> str:
     """One run: the prompt as a user_message (mask 0) and the agent's answer (mask 1) in the automation thread.
 
@@ -135,10 +146,13 @@ def automation_run(*, automation: Automation, run_id: str) -> str:
     twice. Returns the turn's outcome; may raise `TurnRetryLater` (the task retries).
     """
     thread = automation_thread_get_or_create(automation=automation)
+    principal, admission = automation_principal(automation=automation)
     turn, _ = turn_get_or_create(
         bot=automation.bot,
         thread=thread,
         trigger=Turn.Trigger.AUTOMATION,
         source_message_id=f"automation:{automation.pk}:{run_id}"[:100],
+        principal=principal,
+        admission=admission,
     )
     return turn_run(turn_id=turn.pk)

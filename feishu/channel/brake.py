@@ -16,14 +16,16 @@ from django.utils import translation
 from django.utils.translation import gettext, gettext_noop
 
 from agents.models import Bot, Turn
+from agents.principals import DOOR_HANDOFF, Admission, principal_from_turn
 from agents.services.turns import ledger
+from feishu.admission import admission_decide
 from feishu.channel.handoff import UNSENT_REPLY_PREFIX
 from feishu.channel.peers import chat_policy
 from feishu.channel.turn_channel import feishu_turn_start
 from feishu.inbound.parsing import ParsedMessage
 from feishu.models import OutboundDelivery
 from feishu.outbound.delivery import feishu_notice_send
-from threadcontext.models import ThreadEvent
+from threadcontext.models import ThreadEvent, Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -69,12 +71,19 @@ def handoff_asker(*, bot: Bot, parsed: ParsedMessage) -> Asker | None:
     return Asker(turn=asking, chain_length=1 if person_spoke else asking.chain_length + 1)
 
 
-def handoff_turn_start(*, bot: Bot, parsed: ParsedMessage, message, asker: Asker) -> Turn | None:
+def handoff_turn_start(*, bot: Bot, parsed: ParsedMessage, message, asker: Asker, admission: Admission) -> Turn | None:
     """B1/B2: the mentioned bot's turn for the handed-over answer, or, past the chat's limit, the same turn recorded
-    skipped with one line to the thread (once: the turn is unique per bot and message)."""
+    skipped with one line to the thread (once: the turn is unique per bot and message). The turn acts for the
+    asking turn's principal (U1: the person who started the chain), whom `admission` admitted."""
     limit = chat_policy(chat_id=parsed.chat_id).chain_limit
     with transaction.atomic():
-        turn = feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.HANDOFF)
+        turn = feishu_turn_start(
+            bot=bot,
+            message=message,
+            trigger=Turn.Trigger.HANDOFF,
+            admission=admission,
+            principal=principal_from_turn(asker.turn),
+        )
         if turn is None or turn.asked_by_id is not None:
             return turn  # a retired session, or this hand-off was answered already (pushed by Feishu as well)
         Turn.objects.filter(pk=turn.pk).update(asked_by=asker.turn, chain_length=asker.chain_length)
@@ -127,7 +136,33 @@ def turn_chain(*, turn: Turn, limit: int = 50) -> list[dict]:
     return chain
 
 
-def handoff_receive(*, bot: Bot, parsed: ParsedMessage, message) -> Turn | None:
-    """Routing's entry: the turn an app's message @-mentioning `bot` starts when it is a hub bot's answer (B1)."""
+@dataclass(frozen=True)
+class Handed:
+    """A hub bot's answer handed to this bot: the turn it started, or None when U2 refused the chain's principal."""
+
+    turn: Turn | None
+    admission: Admission
+
+
+def handoff_receive(*, bot: Bot, parsed: ParsedMessage, message, workspace: Workspace | None) -> Handed | None:
+    """Routing's entry for an app's message @-mentioning `bot`: None when it is no hub bot's answer; else the
+    hand-off (B1), admitted only when the person who started the chain may make this bot act here (U2): a bot's
+    message never carries more authority than the person behind it."""
     asker = handoff_asker(bot=bot, parsed=parsed)
-    return handoff_turn_start(bot=bot, parsed=parsed, message=message, asker=asker) if asker is not None else None
+    if asker is None:
+        return None
+    principal = principal_from_turn(asker.turn)
+    admission = admission_decide(bot=bot, workspace=workspace, principal=principal, door=DOOR_HANDOFF)
+    if not admission.allowed:
+        logger.info(
+            "bot hand-off refused",
+            extra={
+                "bot": bot.slug,
+                "asking_turn": asker.turn.pk,
+                "rule": admission.rule,
+                "principal": principal.label(),
+            },
+        )
+        return Handed(turn=None, admission=admission)
+    turn = handoff_turn_start(bot=bot, parsed=parsed, message=message, asker=asker, admission=admission)
+    return Handed(turn=turn, admission=admission)

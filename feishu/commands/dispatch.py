@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 def _reply_for(*, bot: Bot, parsed: ParsedMessage, workspace: Workspace | None) -> CommandReply:
     command = chat_command_parse(parsed.text_without_mention_keys())
-    permission = command_permission(workspace=workspace, sender_open_id=parsed.sender_open_id)
+    permission = command_permission(workspace=workspace, principal=parsed.principal)
     if command.word == "/new":
         session_retire(bot=bot, parsed=parsed)
         return CommandReply(str(NEW_SESSION_TEXT))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents.principals import Principal
 from threadcontext.models import Workspace
 
 WHO_ANYONE = "anyone"
@@ -18,22 +19,23 @@ class CommandPermission:
     open_ids: tuple[str, ...] = ()  # the people the rule names (owner, or the list), for the refusal's mentions
 
 
-def command_permission(*, workspace: Workspace | None, sender_open_id: str) -> CommandPermission:
+def command_permission(*, workspace: Workspace | None, principal: Principal) -> CommandPermission:
     """The workspace's explicit `command_open_ids` when set (its owner is always allowed too); else the mode:
     owner_only -> the owner; shared -> anyone the group lets trigger the bot (`allowed_open_ids`, empty: all).
-    A DM (no workspace) is the sender's own conversation with the bot: allowed."""
+    A DM (no workspace) is the person's own conversation with the bot: the bot's DM policy decides (U2,
+    feishu.admission), not this."""
     if workspace is None:
         return CommandPermission(allowed=True, who=WHO_ANYONE)
     owner = workspace.owner_open_id
     listed = tuple(workspace.command_open_ids or ())
     if listed:
         people = tuple(dict.fromkeys((*listed, owner) if owner else listed))
-        return CommandPermission(allowed=sender_open_id in people, who=WHO_LISTED, open_ids=people)
+        return CommandPermission(allowed=principal.is_one_of(people), who=WHO_LISTED, open_ids=people)
     if workspace.mode == Workspace.Mode.OWNER_ONLY:
         return CommandPermission(
-            allowed=bool(owner) and sender_open_id == owner, who=WHO_OWNER, open_ids=(owner,) if owner else ()
+            allowed=bool(owner) and principal.is_one_of([owner]), who=WHO_OWNER, open_ids=(owner,) if owner else ()
         )
     allowed = tuple(workspace.allowed_open_ids or ())
     if allowed:
-        return CommandPermission(allowed=sender_open_id in allowed, who=WHO_LISTED, open_ids=allowed)
+        return CommandPermission(allowed=principal.is_one_of(allowed), who=WHO_LISTED, open_ids=allowed)
     return CommandPermission(allowed=True, who=WHO_ANYONE)

@@ -22,6 +22,8 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from agents.models import Bot, Turn
+from agents.principals import DOOR_MESSAGE
+from feishu.admission import admission_decide
 from feishu.channel.discuss_context import discuss_transcript_note
 from feishu.channel.peers import Candidate, Pick, answer_pick, chat_peer_bots, chat_policy
 from feishu.channel.turn_channel import feishu_turn_start
@@ -32,6 +34,7 @@ from feishu.inbound.parsing import message_parse
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, InboundEvent
 from probe.models import ProbeJudgement
 from threadcontext.models import SessionBinding, ThreadEvent, Workspace
+from threadcontext.selectors import workspace_cached_get
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +55,16 @@ def wake_turn_start(*, bot: Bot, wake: DiscussWake) -> Turn | None:
     parsed = message_parse(event.payload) if event is not None else None
     if parsed is None:
         return None
+    # U2, asked again when the wake fires: the chat's settings may have changed while it debounced.
+    workspace = workspace_cached_get(bot_profile=bot.slug, chat_id=parsed.chat_id)
+    admission = admission_decide(bot=bot, workspace=workspace, principal=parsed.principal, door=DOOR_MESSAGE)
+    if not admission.allowed:
+        logger.info("discuss turn refused", extra={"bot": bot.slug, "wake": wake.pk, "rule": admission.rule})
+        return None
     message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot.feishu_bot_open_id)
-    return feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DISCUSS)
+    return feishu_turn_start(
+        bot=bot, message=message, trigger=Turn.Trigger.DISCUSS, admission=admission, principal=parsed.principal
+    )
 
 
 def candidacy_enter(*, wake: DiscussWake, judgement: ProbeJudgement) -> bool:

@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.principals import NOBODY, Principal
 from threadcontext.models import MAIN_TIMELINE_KEY
 
 # Issue 25 added /context and /schedule (feishu.commands); each is handled, never recorded as context.
@@ -114,6 +115,7 @@ class ParsedMessage:
     text: str  # raw text: mention keys are still in it (the collector normalises them)
     sender_open_id: str
     sender_type: str  # "user" or "app"
+    sender_union_id: str = ""  # the same person across one developer's apps (open_ids are per app)
     root_id: str = ""
     parent_id: str = ""
     thread_id: str = ""
@@ -154,6 +156,14 @@ class ParsedMessage:
     def is_explicit_reply(self) -> bool:
         """C7: parent_id set, and either no thread_id or parent_id != root_id."""
         return bool(self.parent_id) and (not self.thread_id or self.parent_id != self.root_id)
+
+    @property
+    def principal(self) -> Principal:
+        """U1: the person who sent it, when a person did; a bot's message carries nobody (a hand-off carries its
+        chain's principal, feishu.channel.brake)."""
+        if self.sender_type != "user":
+            return NOBODY
+        return Principal(open_id=self.sender_open_id, union_id=self.sender_union_id)
 
     def mentions_open_id(self, open_id: str) -> bool:
         return bool(open_id) and any(mention.open_id == open_id for mention in self.mentions)
@@ -305,6 +315,10 @@ def _open_id(value: Any) -> str:
     return str(value or "")
 
 
+def _union_id(value: Any) -> str:
+    return str(value.get("union_id") or "") if isinstance(value, dict) else ""
+
+
 def message_parse(payload: dict[str, Any]) -> ParsedMessage | None:
     """The routing fields of one receive event, or None when it is not a readable message."""
     event = payload.get("event")
@@ -345,6 +359,7 @@ def message_parse(payload: dict[str, Any]) -> ParsedMessage | None:
         message_type=message_type,
         text=parsed_content.text,
         sender_open_id=_open_id(sender.get("sender_id")),
+        sender_union_id=_union_id(sender.get("sender_id")),
         sender_type=str(sender.get("sender_type") or ""),
         root_id=str(message.get("root_id") or ""),
         parent_id=str(message.get("parent_id") or ""),

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agents.models import Bot, Turn
+from agents.principals import DOOR_CATCHUP, DOOR_COMMAND, DOOR_DM, DOOR_EDIT, DOOR_MESSAGE, Admission
+from feishu.admission import RULE_NOT_ALLOWED, RULE_NOT_OWNER, RULE_REPLY_OFF, admission_decide
 from feishu.channel.brake import handoff_receive
 from feishu.channel.peers import chat_peer_bots, mentioned_peer_bots
 from feishu.channel.turn_channel import feishu_turn_start
@@ -33,7 +35,7 @@ from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_p
 from feishu.models import InboundEvent
 from feishu.outbound import reads as feishu_reads
 from feishu.outbound.api_errors import FeishuApiError
-from feishu.outbound.delivery import message_is_bot_output
+from feishu.outbound.delivery import message_is_bot_output, message_is_other_bot_output
 from threadcontext.models import Workspace
 from threadcontext.selectors import workspace_cached_get
 from threadcontext.services import (
@@ -59,6 +61,8 @@ IGNORED_EMPTY = "empty"
 IGNORED_NOT_OWNER = "not_owner"
 IGNORED_OTHER_APP = "other_app"
 IGNORED_NOT_ALLOWED = "not_allowed"  # G5: the group's list of people who may trigger the bot leaves this sender out
+IGNORED_DM_POLICY = "dm_policy"  # U2: the bot's DM policy leaves this person out
+IGNORED_HANDOFF_REFUSED = "handoff_refused"  # U2: the person who started the chain may not use this bot here
 ROUTE_REPLY_OFF = "reply_off"  # G5: the group's reply mode is off: recorded, never answered
 ROUTE_WORKSPACE_JOINED = "workspace_joined"
 ROUTE_WORKSPACE_RETIRED = "workspace_retired"
@@ -92,6 +96,8 @@ class RouteResult:
             IGNORED_NOT_OWNER,
             IGNORED_OTHER_APP,
             IGNORED_NOT_ALLOWED,
+            IGNORED_DM_POLICY,
+            IGNORED_HANDOFF_REFUSED,
             IGNORED_UNKNOWN_EVENT,
             IGNORED_EDIT_UNKNOWN,
             ROUTE_MISSED,  # stored as ignored with its sentence: the console's inbound events show it
@@ -127,34 +133,26 @@ REPLY_OFF = "off"
 
 @dataclass(frozen=True)
 class GroupPolicy:
-    """G5: what this group's workspace lets this message do, on top of the bot's own settings."""
+    """G5: what this group's workspace makes of this message, on top of the bot's own settings. Who may make the
+    bot act is U2's question (feishu.admission), asked of the message's principal."""
 
     reply_mode: str  # mention | discuss | off
     is_at_all: bool
     at_all_addresses: bool
-    sender_is_allowed: bool
-    sender_may_wake: bool
 
 
 def group_policy(*, bot: Bot, workspace: Workspace | None, parsed: ParsedMessage) -> GroupPolicy:
-    """Pure: the workspace's override of the reply mode, its @all rule and its list of people (empty: everyone).
+    """Pure: the workspace's override of the reply mode and its @all rule.
 
-    owner_only keeps its meaning on top of the list: only the owner opens or extends a discuss wake (G3), and
-    the collector refuses a stranger's @ (C2).
+    U8: an @all is Feishu's mention of everyone (a mention keyed `@_all`); the same characters typed as text are
+    text, never an @all.
     """
     reply_mode = (workspace.reply_mode if workspace is not None else "") or bot.group_reply_mode
-    is_at_all = any(mention.key == AT_ALL_KEY for mention in parsed.mentions) or AT_ALL_KEY in parsed.text
-    allowed = list(workspace.allowed_open_ids or []) if workspace is not None else []
-    sender_is_allowed = not allowed or parsed.sender_open_id in allowed
-    sender_may_wake = True
-    if workspace is not None and workspace.mode == "owner_only":
-        sender_may_wake = bool(workspace.owner_open_id) and parsed.sender_open_id == workspace.owner_open_id
+    is_at_all = any(mention.key == AT_ALL_KEY for mention in parsed.mentions)
     return GroupPolicy(
         reply_mode=reply_mode,
         is_at_all=is_at_all,
         at_all_addresses=is_at_all and workspace is not None and workspace.respond_to_at_all,
-        sender_is_allowed=sender_is_allowed,
-        sender_may_wake=sender_may_wake,
     )
 
 
@@ -184,20 +182,32 @@ def inbound_message_route(
 
     command = slash_command(text)
     if parsed.is_direct:
-        return _direct_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command)
+        return _direct_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, missed=missed)
     return _group_message_route(
         bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, finish=finish, missed=missed
     )
 
 
-def _direct_message_route(*, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str) -> RouteResult:
-    """A DM: a command, or a turn. Never recorded as workspace thread context (C3) and never probed (P1)."""
+def _direct_message_route(
+    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, missed: bool
+) -> RouteResult:
+    """A DM: a command, or a turn. Never recorded as workspace thread context (C3) and never probed (P1).
+    U2: the bot's DM policy admits the sender first; U7: one the catch-up read past the window is not answered."""
     if parsed.sender_type != "user":
         return RouteResult(IGNORED_OTHER_APP)
+    door = DOOR_CATCHUP if missed else (DOOR_COMMAND if command else DOOR_DM)
+    admission = admission_decide(bot=bot, workspace=None, principal=parsed.principal, door=door)
+    if not admission.allowed:
+        logger.info("direct message refused", extra={"bot": bot.slug, "rule": admission.rule})
+        return RouteResult(IGNORED_DM_POLICY)
+    if missed:
+        return RouteResult(ROUTE_MISSED)
     if command:
         return _command_handle(bot=bot, parsed=parsed, workspace=None)
     message = inbound_message_build(bot=bot, parsed=parsed, bot_open_id=bot_open_id)
-    turn = feishu_turn_start(bot=bot, message=message, trigger=Turn.Trigger.DM)
+    turn = feishu_turn_start(
+        bot=bot, message=message, trigger=Turn.Trigger.DM, admission=admission, principal=parsed.principal
+    )
     return RouteResult(ROUTE_TURN, turn)
 
 
@@ -222,32 +232,52 @@ def _group_message_route(
             message = dataclasses.replace(message, is_this_bot_addressed=True)
     addressed = message.is_this_bot_addressed
     if command and addressed:
+        if missed:  # U7: a command the catch-up read past the answer window is not run
+            return RouteResult(ROUTE_MISSED)
         return _command_handle(bot=bot, parsed=parsed, workspace=workspace)
 
     recorded = thread_event_record_inbound(message=message, workspace=workspace, secrets=bot_secrets(bot))
     if parsed.sender_type != "user":
         # Another app's message: recorded per the collector rules (a topic root keeps its actor_type), never a
-        # trigger, except a hub bot's answer that @-mentions this bot: a hand-off (B1), braked (B2).
-        may_answer = addressed and policy.reply_mode != REPLY_OFF  # a group that silenced the bot silences hand-offs
-        turn = handoff_receive(bot=bot, parsed=parsed, message=message) if may_answer else None
-        return RouteResult(ROUTE_HANDOFF, turn) if turn is not None else RouteResult(IGNORED_OTHER_APP)
-    if policy.reply_mode == REPLY_OFF:
+        # trigger, except a hub bot's answer that @-mentions this bot: a hand-off (B1), braked (B2), admitted
+        # for the person who started the chain (U2), never for the bot that wrote it.
+        if not addressed or policy.reply_mode == REPLY_OFF:  # a group that silenced the bot silences hand-offs
+            return RouteResult(IGNORED_OTHER_APP)
+        handed = handoff_receive(bot=bot, parsed=parsed, message=message, workspace=workspace)
+        if handed is None:
+            return RouteResult(IGNORED_OTHER_APP)
+        if handed.turn is None:
+            return RouteResult(IGNORED_HANDOFF_REFUSED)
+        return RouteResult(ROUTE_HANDOFF, handed.turn)
+    door = DOOR_CATCHUP if missed else DOOR_MESSAGE
+    admission = admission_decide(bot=bot, workspace=workspace, principal=parsed.principal, door=door)
+    if admission.rule == RULE_REPLY_OFF:
         return RouteResult(ROUTE_REPLY_OFF)
-    if not policy.sender_is_allowed:
+    if admission.rule == RULE_NOT_ALLOWED:
         return RouteResult(IGNORED_NOT_ALLOWED if addressed else ROUTE_RECORDED)
     if missed:  # read by the catch-up past the answer window: too late to answer, or to open a wake
         return RouteResult(ROUTE_MISSED if addressed else ROUTE_RECORDED)
     if addressed:
-        if recorded.skipped_reason == "not_owner":
+        if admission.rule == RULE_NOT_OWNER or recorded.skipped_reason == "not_owner":
             return RouteResult(IGNORED_NOT_OWNER)  # owner_only: only the owner may trigger this bot (C2)
         is_mention = parsed.mentions_open_id(bot_open_id) or policy.at_all_addresses
         return _addressed_turn_start(
-            bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention, finish=finish
+            bot=bot,
+            parsed=parsed,
+            message=message,
+            workspace=workspace,
+            is_mention=is_mention,
+            admission=admission,
+            finish=finish,
         )
     if policy.reply_mode == Bot.GroupReplyMode.DISCUSS and not command and not policy.is_at_all:
         if parsed.mentions and mentioned_peer_bots(parsed=parsed, peers=chat_peer_bots(chat_id=parsed.chat_id)):
             return RouteResult(ROUTE_ADDRESSED_ELSEWHERE)  # B4: an @ belongs to the bots it names
-        return _discuss_wake_open(bot=bot, parsed=parsed, policy=policy, finish=finish)
+        if message_is_other_bot_output(bot=bot, feishu_message_id=parsed.parent_id):
+            return RouteResult(ROUTE_ADDRESSED_ELSEWHERE)  # U8: a reply to another bot's answer is that bot's
+        if admission.rule == RULE_NOT_OWNER:
+            return RouteResult(IGNORED_NOT_OWNER)  # G3: a stranger's message opens or extends no wake
+        return _discuss_wake_open(bot=bot, parsed=parsed, finish=finish)
     return RouteResult(ROUTE_RECORDED)
 
 
@@ -258,12 +288,13 @@ def _addressed_turn_start(
     message: InboundMessage,
     workspace: Workspace,
     is_mention: bool,
+    admission: Admission,
     finish: EventFinish | None = None,
 ) -> RouteResult:
     """An @ of the bot (or a reply to it) starts its turn, which answers the timeline: no wake answers it again.
     The absorb's UPDATE carries the event's finish (`finish`; one statement on PostgreSQL, issue 28)."""
     trigger = Turn.Trigger.MENTION if is_mention else Turn.Trigger.REPLY
-    turn = feishu_turn_start(bot=bot, message=message, trigger=trigger)
+    turn = feishu_turn_start(bot=bot, message=message, trigger=trigger, admission=admission, principal=parsed.principal)
     if turn is None:
         return RouteResult(ROUTE_RETIRED)
     # G4: the @ (or reply) answers this timeline now; a wake still debouncing here would answer twice.
@@ -278,13 +309,9 @@ def _addressed_turn_start(
     return RouteResult(ROUTE_TURN, turn, event_finished=finish is not None)
 
 
-def _discuss_wake_open(
-    *, bot: Bot, parsed: ParsedMessage, policy: GroupPolicy, finish: EventFinish | None
-) -> RouteResult:
-    """An un-addressed message to a discuss bot opens or extends its timeline's wake (P10)."""
-    if not policy.sender_may_wake:
-        # G3: owner_only admission holds for discuss too: a stranger's message opens or extends no wake.
-        return RouteResult(IGNORED_NOT_OWNER)
+def _discuss_wake_open(*, bot: Bot, parsed: ParsedMessage, finish: EventFinish | None) -> RouteResult:
+    """An un-addressed message to a discuss bot (its sender admitted, U2) opens or extends its timeline's wake
+    (P10)."""
     discuss_wake_schedule(
         bot=bot,
         chat_id=parsed.chat_id,
@@ -316,11 +343,13 @@ def _edit_route(*, bot: Bot, payload: dict, bot_open_id: str | None) -> RouteRes
     policy = group_policy(bot=bot, workspace=workspace, parsed=parsed)
     if policy.at_all_addresses:
         message = dataclasses.replace(message, is_this_bot_addressed=True)
-    may_start = policy.reply_mode != REPLY_OFF and policy.sender_is_allowed and policy.sender_may_wake
-    if not message.is_this_bot_addressed or parsed.sender_type != "user" or not may_start:
+    admission = admission_decide(bot=bot, workspace=workspace, principal=parsed.principal, door=DOOR_EDIT)
+    if not message.is_this_bot_addressed or parsed.sender_type != "user" or not admission.allowed:
         return RouteResult(ROUTE_EDITED)
     is_mention = parsed.mentions_open_id(applied.bot_open_id) or policy.at_all_addresses
-    return _addressed_turn_start(bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention)
+    return _addressed_turn_start(
+        bot=bot, parsed=parsed, message=message, workspace=workspace, is_mention=is_mention, admission=admission
+    )
 
 
 def inbound_event_route(

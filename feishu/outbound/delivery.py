@@ -310,6 +310,14 @@ def notices_sweep(*, now=None) -> list[int]:
     return [row.pk for row in rows]
 
 
+def message_is_other_bot_output(*, bot: Bot, feishu_message_id: str) -> bool:
+    """Whether a Feishu message is another hub bot's delivered output (U8: a reply to it is that bot's)."""
+    return (
+        bool(feishu_message_id)
+        and OutboundDelivery.objects.filter(feishu_message_id=feishu_message_id).exclude(bot=bot).exists()
+    )
+
+
 def message_is_bot_output(*, bot: Bot, feishu_message_id: str) -> bool:
     """Whether a Feishu message is one of this bot's delivered outputs (replies to it route to the bot)."""
     return (

@@ -89,10 +89,15 @@ class FeishuHarness:
         parent_id: str = "",
         thread_id: str = "",
         event_id: str | None = None,
+        at_all: bool = False,
     ):
-        """A user message as `bot`'s app receives it; `mention` bots are @-ed in front of the text."""
+        """A user message as `bot`'s app receives it; `mention` bots are @-ed in front of the text; `at_all`: an
+        @all as Feishu marks it (a mention keyed `@_all` in front of the text)."""
         mentions = []
         prefix = ""
+        if at_all:
+            mentions.append({"key": "@_all", "id": {"open_id": "", "union_id": "", "user_id": ""}, "name": "All"})
+            prefix = "@_all "
         for index, mentioned in enumerate(mention or [], start=1):
             mentions.append(mention_entry(index=index, open_id=bot_open_id(mentioned), name=mentioned.name))
             prefix += f"@_user_{index} "

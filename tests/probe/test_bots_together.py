@@ -165,7 +165,7 @@ def test_b4_at_all_follows_respond_to_at_all_then_one_answer(
     Workspace.objects.filter(chat_id=CHAT, bot_profile__in=["planner", "reviewer"]).update(respond_to_at_all=True)
     cache.clear()  # routing reads the workspace from the cache; the admin's save would drop the entry
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Planner here.")))
-    everyone_hears(feishu, team, text="@_all standup in 5", message_id="om_all")
+    everyone_hears(feishu, team, text="standup in 5", message_id="om_all", at_all=True)
     # then: the Coder ignores the @all (its workspace does not respond to it); of the two that do, one answers
     (turn,) = Turn.objects.all()
     assert turn.bot == planner

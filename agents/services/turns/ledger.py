@@ -19,6 +19,7 @@ from django.db.models import F, Func, QuerySet
 from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
+from agents.principals import NOBODY, Admission, Principal
 from agents.secrets import hub_secrets
 from agents.services.threads import message_build, message_created_log
 from core.redaction import redact, redacted
@@ -70,15 +71,35 @@ def delivery_backoff_seconds(*, attempt: int) -> float:
 
 
 def turn_get_or_create(
-    *, bot: Bot, thread: Thread, trigger: str, source_message_id: str, user_message: Message | None = None
+    *,
+    bot: Bot,
+    thread: Thread,
+    trigger: str,
+    source_message_id: str,
+    user_message: Message | None = None,
+    principal: Principal = NOBODY,
+    admission: Admission | None = None,
 ) -> tuple[Turn, bool]:
     """The turn of (bot, source message): created once, found every other time (T2).
+
+    `principal` and `admission` (U1, U2): who the turn acts for and the door's decision, written with the insert
+    (no statement of their own); a turn found again keeps the ones it was created with.
 
     Insert unless it exists (INSERT ... ON CONFLICT DO NOTHING RETURNING: one statement, no savepoint around an
     insert that may fail; issue 28), the row read only when it was there already. Safe under concurrency (a
     concurrent insert of the same key waits for the other transaction, then skips), no check-then-act.
     """
-    turn = Turn(bot=bot, thread=thread, trigger=trigger, source_message_id=source_message_id, user_message=user_message)
+    turn = Turn(
+        bot=bot,
+        thread=thread,
+        trigger=trigger,
+        source_message_id=source_message_id,
+        user_message=user_message,
+        principal_open_id=principal.open_id[:64],
+        principal_union_id=principal.union_id[:64],
+        principal_user_id=principal.user_id,
+        admission=admission.as_record() if admission is not None else {},
+    )
     if insert_unless_exists(instance=turn, conflict_fields=("bot", "source_message_id")):
         return turn, True
     return Turn.objects.get(bot=bot, source_message_id=source_message_id), False
