@@ -57,9 +57,10 @@ test-browser: install
 	$(PY) -m pytest tests/browser -m browser
 
 # After adding or changing a translatable string: refresh the catalogs, translate the new entries, run it again.
+# No source locations in the catalogs: they changed with every edit of any file and made every merge conflict.
 MESSAGES_IGNORE := --ignore=.venv --ignore=tests --ignore=var --ignore=staticfiles --ignore=bench
 messages: install
-	DEBUG=true $(PY) manage.py makemessages -l zh_Hans -l ja --no-obsolete $(MESSAGES_IGNORE)
+	DEBUG=true $(PY) manage.py makemessages -l zh_Hans -l ja --no-obsolete --no-location $(MESSAGES_IGNORE)
 	DEBUG=true $(PY) manage.py compilemessages --ignore=.venv
 
 # Fails on any untranslated or fuzzy entry, or a .mo file that does not match its .po (needs gettext).

@@ -16,6 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
 # How authority reached the turn (Admission.door): the door it came through.
 DOOR_MESSAGE = "message"  # a person's message in a group (an @, a reply, a discuss wake)
 DOOR_DM = "dm"  # a person's direct message
@@ -27,6 +30,20 @@ DOOR_AUTOMATION = "automation"  # an automation made in the console: its owner
 DOOR_PRESS = "press"  # a card button (approvals, H1/U5)
 DOOR_CATCHUP = "catchup"  # a message the catch-up read after a gap (D2/U7)
 DOOR_REST = "rest"  # the REST API: the authenticated user
+
+# The console's words for each door (explain, the turn's page).
+DOOR_WORDS = {
+    DOOR_MESSAGE: _("their message in the group"),
+    DOOR_DM: _("their direct message"),
+    DOOR_EDIT: _("their edited message"),
+    DOOR_HANDOFF: _("a hand-off in a chain they started"),
+    DOOR_COMMAND: _("their command"),
+    DOOR_SCHEDULE: _("a schedule they made"),
+    DOOR_AUTOMATION: _("an automation they own"),
+    DOOR_PRESS: _("their press on a card"),
+    DOOR_CATCHUP: _("their message, read after a gap"),
+    DOOR_REST: _("their REST request"),
+}
 
 DOORS = (
     DOOR_MESSAGE,
@@ -98,3 +115,17 @@ def principal_from_turn(turn: Any) -> Principal:
         union_id=turn.principal_union_id or "",
         user_id=turn.principal_user_id,
     )
+
+
+def acts_for_in_words(turn: Any) -> str:
+    """The console's one line on who a turn acts for and through which door (U1), e.g. "ou_alice, through a
+    hand-off in a chain they started"; turns made before principals were recorded say so."""
+    principal = principal_from_turn(turn)
+    admission = turn.admission or {}
+    if not principal.is_known:
+        return gettext("nobody recorded (a turn from before principals were kept)")
+    who = principal.label()
+    if principal.user_id is not None and getattr(turn, "principal_user", None) is not None:
+        who = turn.principal_user.get_username()
+    door = DOOR_WORDS.get(str(admission.get("door", "")))
+    return gettext("%(who)s, through %(door)s") % {"who": who, "door": door} if door else who

@@ -8,6 +8,7 @@ bridge because it needs every app; probe and threadcontext stay ignorant of each
 from typing import Any
 
 from agents.models import Bot, Turn, VoiceTranscription
+from agents.principals import acts_for_in_words
 from feishu.channel.brake import turn_chain
 from feishu.inbound.catchup import MISSED_TEXT
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, InboundEvent, OutboundDelivery
@@ -223,6 +224,9 @@ def wake_explain_data(
             "user_message_id": turn.user_message_id,
             "reply_message_id": turn.reply_message_id,
             "context_decision_id": turn.context_decision_id,
+            # U1/U2: who it acts for, through which door, and the rule that admitted them.
+            "acts_for": acts_for_in_words(turn),
+            "admission": turn.admission or {},
         },
         "context": _context(turn),
         "delivery": _delivery(turn),

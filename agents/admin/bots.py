@@ -15,6 +15,7 @@ from agents.admin.providers import MarkedModelAutocompleteSelect, model_choice_l
 from agents.admin.secrets import ClearSecretField, SecretField, SecretFieldsForm, WriteOnlySecretsAdmin, secret_state
 from agents.models import Bot, UserProfile
 from agents.tools.budget import tool_budget_max_seconds
+from core.admin import OpenIdListField
 
 PROBE_DEBOUNCE_MAX_MS = 10 * 60 * 1000
 TOOL_MAX_STEPS_LIMIT = 50
@@ -40,6 +41,12 @@ class BotForm(SecretFieldsForm):
     )
     tool_call_timeout_seconds = forms.FloatField(
         required=False, min_value=1.0, help_text=_("Empty: the hub's default.")
+    )
+    # U2: one id per line, as the workspace's lists are edited; never JSON typed by hand.
+    dm_open_ids = OpenIdListField(
+        required=False,
+        label=_("people for direct messages"),
+        help_text=_("Open ids (or union ids) of the people who may message the bot directly, for the listed policy."),
     )
     feishu_app_secret = SecretField(label=_("Feishu app secret"))
     feishu_app_secret_clear = ClearSecretField(label=_("Clear Feishu app secret"))
@@ -113,6 +120,17 @@ class BotAdmin(WriteOnlySecretsAdmin):
                     "probe_debounce_initial_ms",
                     "probe_debounce_max_ms",
                 ]
+            },
+        ),
+        (
+            _("Who may use the bot"),
+            {
+                "fields": ["feishu_owner_open_id", "dm_policy", "dm_open_ids"],
+                "description": _(
+                    "Every turn acts for a person and is admitted for that person, whoever delivered the message: "
+                    "a hand-off from another bot counts as the person who started the chain. Groups: each chat's "
+                    "own settings (reply mode, people, owner only). Direct messages: the policy below."
+                ),
             },
         ),
         (_("Voice messages"), {"fields": ["transcription_model"]}),

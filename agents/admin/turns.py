@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from agents.admin.approvals import ToolApprovalInline
 from agents.admin.tool_calls import TurnToolCallInline
 from agents.models import Automation, Turn
+from agents.principals import acts_for_in_words
 from agents.services.automations import automation_delete, automation_run_now, automation_save
 from core.admin import AuditAdmin, compact_time, dict_table, list_url, pretty_json, related_links
 
@@ -50,6 +51,7 @@ class TurnAdmin(AuditAdmin):
         "bot",
         "thread_link",
         "trigger",
+        "acts_for",
         "source_message_id",
         "status",
         "error",
@@ -70,6 +72,13 @@ class TurnAdmin(AuditAdmin):
     )
     readonly_fields = fields
     inlines = [TurnToolCallInline, ToolApprovalInline]
+
+    @admin.display(description=_("acts for"))
+    def acts_for(self, turn: Turn) -> str:
+        """U1: the person this turn acts for, the door they came through and why they were admitted (U2)."""
+        reason = (turn.admission or {}).get("reason", "")
+        words = acts_for_in_words(turn)
+        return f"{words} · {reason}" if reason else words
 
     @admin.display(description=_("queued"), ordering="queued_at")
     def queued(self, turn: Turn) -> str:

@@ -209,23 +209,23 @@ class Bot(models.Model):
     # U2: the bot's owner as a Feishu user (open_id in this bot's app, or union_id): the person the DM policy
     # "owner" admits, who decides approvals in DMs and for whom the bot reads shared documents as itself (U3).
     feishu_owner_open_id = models.CharField(
-        _("owner's Feishu id"),
+        "owner's Feishu id",
         max_length=64,
         blank=True,
-        help_text=_("The owner's open_id in this bot's Feishu app (ou_...) or union_id (on_...)."),
+        help_text="The owner's open_id in this bot's Feishu app (ou_...) or union_id (on_...).",
     )
     dm_policy = models.CharField(
-        _("direct messages"),
+        "direct messages",
         max_length=16,
         choices=DmPolicy.choices,
         default=DmPolicy.EVERYONE,
-        help_text=_("Who may use the bot in a direct message."),
+        help_text="Who may use the bot in a direct message.",
     )
     dm_open_ids = models.JSONField(
-        _("people for direct messages"),
+        "people for direct messages",
         default=list,
         blank=True,
-        help_text=_("Open ids (or union ids) of the people who may message the bot directly, for the listed policy."),
+        help_text="Open ids (or union ids) of the people who may message the bot directly, for the listed policy.",
     )
     # One turn at a time per conversation (O1); what the messages that arrive while it runs become (O2).
     queue_mode = models.CharField(
