@@ -25,6 +25,7 @@ from core.admin import (
     pretty_json,
     related_links,
 )
+from feishu.admission import REFUSED_OUTCOME_WORDS
 from feishu.explain import ExplainNotFound, wake_explain_data, wake_messages
 from feishu.inbound.intake import inbound_events_reprocess
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
@@ -79,7 +80,8 @@ class InboundEventAdmin(AuditAdmin):
 
     @admin.display(description=_("error"))
     def short_error(self, obj: InboundEvent) -> str:
-        return short(obj.error)
+        refused = REFUSED_OUTCOME_WORDS.get(obj.error)  # U2: a door's refusal, in words
+        return str(refused) if refused is not None else short(obj.error)
 
     @admin.display(description=_("received"), ordering="received_at")
     def received(self, obj: InboundEvent) -> str:

@@ -16,6 +16,8 @@ statement to an @-mention.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
+
 from agents.models import Bot
 from agents.principals import DOOR_COMMAND, Admission, Principal
 from feishu.commands.permissions import command_permission
@@ -30,6 +32,15 @@ RULE_NOT_ALLOWED = "not_allowed"
 RULE_NOT_OWNER = "not_owner"
 
 REPLY_OFF = "off"
+
+# What the console says of an inbound event a door refused (its stored outcome, feishu.inbound.routing).
+REFUSED_OUTCOME_WORDS = {
+    "not_allowed": _("refused: the chat's list of people who may use the bot leaves the sender out"),
+    "not_owner": _("refused: the bot is owner only in this chat"),
+    "reply_off": _("recorded only: the chat turned the bot's replies off"),
+    "dm_policy": _("refused: the bot's direct-message policy leaves the sender out"),
+    "handoff_refused": _("refused: the person who started the hand-off chain may not use this bot here"),
+}
 
 
 def bot_owner_is(*, bot: Bot, principal: Principal) -> bool:

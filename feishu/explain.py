@@ -9,6 +9,7 @@ from typing import Any
 
 from agents.models import Bot, Turn, VoiceTranscription
 from agents.principals import acts_for_in_words
+from feishu.admission import REFUSED_OUTCOME_WORDS
 from feishu.channel.brake import turn_chain
 from feishu.inbound.catchup import MISSED_TEXT
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, InboundEvent, OutboundDelivery
@@ -191,7 +192,15 @@ def wake_explain_data(
     return {
         # D2: "this request arrived while the hub was down and was not answered", for a request recorded as missed.
         "missed": _missed(bot=bot, event=event, turn=turn),
-        "event": None if event is None else {"id": event.pk, "message_id": event.message_id, "status": event.status},
+        "event": None
+        if event is None
+        else {
+            "id": event.pk,
+            "message_id": event.message_id,
+            "status": event.status,
+            # U2: why a door refused it, in words (empty for an event that went on to a turn or a wake).
+            "refused": str(REFUSED_OUTCOME_WORDS.get(event.error, "")),
+        },
         "bot": {"id": bot.pk, "name": bot.name, "slug": bot.slug, "probe_mode": bot.discuss_probe_mode},
         "wake": None
         if wake is None

@@ -47,7 +47,7 @@ def person_asks(feishu, bots, *, to: Bot, text: str, message_id: str, sender: st
 
 
 def test_u2_a_stranger_cannot_reach_an_owner_only_bot_through_another_bots_hand_off(
-    feishu, planner_and_vault, llm_stub
+    feishu, planner_and_vault, llm_stub, admin_client
 ):
     planner, vault = planner_and_vault
     # given: a direct @Vault from Alice is ignored, as it should be
@@ -64,6 +64,8 @@ def test_u2_a_stranger_cannot_reach_an_owner_only_bot_through_another_bots_hand_
     assert not Turn.objects.filter(bot=vault).exists()
     handed = InboundEvent.objects.get(bot=vault, message_id=feishu.stub.sent[0]["message_id"])
     assert (handed.status, handed.error) == (InboundEvent.Status.IGNORED, "handoff_refused")
+    page = admin_client.get(reverse("admin:feishu_inboundevent_explain", args=[handed.pk])).content.decode()
+    assert "refused: the person who started the hand-off chain may not use this bot here" in page
     # and nothing of the Vault's reached the chat: one model call (the Planner's), one message sent (its answer)
     assert len(llm_stub.requests_for("openai_chat")) == 1
     assert [sent["app_id"] for sent in feishu.stub.sent] == [planner.feishu_app_id]
