@@ -28,6 +28,9 @@ def bot_admin_form_data(bot: Bot, **changes) -> dict:
         "queue_mode": bot.queue_mode,
         "receipt_emoji": bot.receipt_emoji,
         "failure_emoji": bot.failure_emoji,
+        "feishu_owner_open_id": bot.feishu_owner_open_id,
+        "dm_policy": bot.dm_policy,
+        "dm_open_ids": "\n".join(bot.dm_open_ids),
     }
     data.update(changes)
     return data

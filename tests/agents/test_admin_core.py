@@ -95,6 +95,22 @@ def test_blank_secret_keeps_the_stored_value(admin_client, bot_with_secrets):
     )
 
 
+def test_u2_the_bot_page_sets_who_may_use_the_bot_directly(admin_client, bot_with_secrets):
+    # when: the owner's Feishu id and a listed DM policy are saved, the people typed one per line
+    data = bot_admin_form_data(
+        bot_with_secrets, feishu_owner_open_id=" ou_owner ", dm_policy="listed", dm_open_ids="ou_a\non_b, ou_c"
+    )
+    response = admin_client.post(f"/admin/agents/bot/{bot_with_secrets.pk}/change/", data)
+    # then: stored as the admission check reads them
+    assert response.status_code == 302
+    bot = Bot.objects.get(pk=bot_with_secrets.pk)
+    assert (bot.feishu_owner_open_id, bot.dm_policy, bot.dm_open_ids) == (
+        "ou_owner",
+        "listed",
+        ["ou_a", "on_b", "ou_c"],
+    )
+
+
 def test_a_new_secret_replaces_and_clear_empties(admin_client, bot_with_secrets):
     # when
     response = admin_client.post(
