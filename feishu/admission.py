@@ -16,11 +16,14 @@ statement to an @-mention.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Bot
 from agents.principals import DOOR_COMMAND, Admission, Principal
 from feishu.commands.permissions import command_permission
+from feishu.inbound.parsing import ParsedMessage
 from threadcontext.models import Workspace
 
 RULE_ADMITTED = "admitted"
@@ -32,6 +35,7 @@ RULE_NOT_ALLOWED = "not_allowed"
 RULE_NOT_OWNER = "not_owner"
 
 REPLY_OFF = "off"
+AT_ALL_KEY = "@_all"  # Feishu's mention of everyone in a group
 
 # What the console says of an inbound event a door refused (its stored outcome, feishu.inbound.routing).
 REFUSED_OUTCOME_WORDS = {
@@ -82,3 +86,28 @@ def admission_decide(*, bot: Bot, workspace: Workspace | None, principal: Princi
     if workspace.mode == Workspace.Mode.OWNER_ONLY and not workspace_owner_is(workspace=workspace, principal=principal):
         return Admission(False, door, RULE_NOT_OWNER, "the bot is owner only in this chat")
     return Admission(True, door, RULE_ADMITTED, "admitted")
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """G5: what this group's workspace makes of this message, on top of the bot's own settings. Who may make the
+    bot act is U2's question (feishu.admission), asked of the message's principal."""
+
+    reply_mode: str  # mention | discuss | off
+    is_at_all: bool
+    at_all_addresses: bool
+
+
+def group_policy(*, bot: Bot, workspace: Workspace | None, parsed: ParsedMessage) -> GroupPolicy:
+    """Pure: the workspace's override of the reply mode and its @all rule.
+
+    U8: an @all is Feishu's mention of everyone (a mention keyed `@_all`); the same characters typed as text are
+    text, never an @all.
+    """
+    reply_mode = (workspace.reply_mode if workspace is not None else "") or bot.group_reply_mode
+    is_at_all = any(mention.key == AT_ALL_KEY for mention in parsed.mentions)
+    return GroupPolicy(
+        reply_mode=reply_mode,
+        is_at_all=is_at_all,
+        at_all_addresses=is_at_all and workspace is not None and workspace.respond_to_at_all,
+    )

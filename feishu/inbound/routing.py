@@ -8,32 +8,26 @@ from django.db import transaction
 
 from agents.models import Bot, Turn
 from agents.principals import DOOR_CATCHUP, DOOR_COMMAND, DOOR_DM, DOOR_EDIT, DOOR_MESSAGE, Admission
-from feishu.admission import RULE_NOT_ALLOWED, RULE_NOT_OWNER, RULE_REPLY_OFF, admission_decide
+from feishu.admission import REPLY_OFF, RULE_NOT_ALLOWED, RULE_NOT_OWNER, RULE_REPLY_OFF, admission_decide, group_policy
 from feishu.channel.brake import handoff_receive
 from feishu.channel.peers import chat_peer_bots, mentioned_peer_bots
 from feishu.channel.turn_channel import feishu_turn_start
 from feishu.commands.dispatch import chat_command_handle
 from feishu.discuss.arbitration import at_all_arbitrate
 from feishu.discuss.wake import discuss_wake_schedule, discuss_wakes_absorb, discuss_wakes_forget_message
+from feishu.inbound.bot_identity import bot_open_id_ensure
 from feishu.inbound.catchup import MISSED_TEXT
 from feishu.inbound.chat_mode import chat_mode_annotate
 from feishu.inbound.edits import EVENT_EDITED, IGNORED_EDIT_UNKNOWN, ROUTE_EDITED, inbound_edit_apply
 from feishu.inbound.intake import (
     EventFinish,
-    bot_cache_forget,
     inbound_event_claim,
     inbound_event_finish,
     inbound_event_release_for_retry,
 )
-from feishu.inbound.messages import (
-    bot_secrets,
-    inbound_message_build,
-    message_is_own_echo,
-    payload_secrets_redacted,
-)
+from feishu.inbound.messages import bot_secrets, inbound_message_build, message_is_own_echo, payload_secrets_redacted
 from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY, ParsedMessage, message_parse, slash_command
 from feishu.models import InboundEvent
-from feishu.outbound import reads as feishu_reads
 from feishu.outbound.api_errors import FeishuApiError
 from feishu.outbound.delivery import message_is_bot_output, message_is_other_bot_output
 from threadcontext.models import Workspace
@@ -78,7 +72,6 @@ EVENT_MESSAGE = "im.message.receive_v1"
 EVENT_RECALLED = "im.message.recalled_v1"
 EVENT_BOT_ADDED = "im.chat.member.bot.added_v1"
 EVENT_BOT_DELETED = "im.chat.member.bot.deleted_v1"
-AT_ALL_KEY = "@_all"
 
 
 @dataclass(frozen=True)
@@ -104,56 +97,10 @@ class RouteResult:
         )
 
 
-def bot_open_id_ensure(*, bot: Bot) -> str:
-    """The bot's own open_id (F6): read once from bot/v3/info and cached on the Bot row; "" when unknown."""
-    if bot.feishu_bot_open_id or not bot.has_feishu_credentials:
-        return bot.feishu_bot_open_id
-    try:
-        open_id = feishu_reads.bot_info_open_id(bot=bot)
-    except FeishuApiError as error:
-        logger.warning("feishu bot info unavailable", extra={"bot": bot.slug, "code": error.code})
-        return ""
-    if open_id:
-        # update(): no updated_at bump, so the cached webhook handler and client stay valid; the intake worker's
-        # cached row is dropped, so the next event reads the open_id instead of asking Feishu again.
-        Bot.objects.filter(pk=bot.pk).update(feishu_bot_open_id=open_id)
-        bot_cache_forget(bot_pk=bot.pk)
-        bot.feishu_bot_open_id = open_id
-    return open_id
-
-
 def _command_handle(*, bot: Bot, parsed: ParsedMessage, workspace: Workspace | None) -> RouteResult:
     """A command addressed to the bot (feishu.commands): answered once; no turn, no context recorded."""
     chat_command_handle(bot=bot, parsed=parsed, workspace=workspace)
     return RouteResult(ROUTE_COMMAND)
-
-
-REPLY_OFF = "off"
-
-
-@dataclass(frozen=True)
-class GroupPolicy:
-    """G5: what this group's workspace makes of this message, on top of the bot's own settings. Who may make the
-    bot act is U2's question (feishu.admission), asked of the message's principal."""
-
-    reply_mode: str  # mention | discuss | off
-    is_at_all: bool
-    at_all_addresses: bool
-
-
-def group_policy(*, bot: Bot, workspace: Workspace | None, parsed: ParsedMessage) -> GroupPolicy:
-    """Pure: the workspace's override of the reply mode and its @all rule.
-
-    U8: an @all is Feishu's mention of everyone (a mention keyed `@_all`); the same characters typed as text are
-    text, never an @all.
-    """
-    reply_mode = (workspace.reply_mode if workspace is not None else "") or bot.group_reply_mode
-    is_at_all = any(mention.key == AT_ALL_KEY for mention in parsed.mentions)
-    return GroupPolicy(
-        reply_mode=reply_mode,
-        is_at_all=is_at_all,
-        at_all_addresses=is_at_all and workspace is not None and workspace.respond_to_at_all,
-    )
 
 
 def inbound_message_route(
@@ -169,6 +116,8 @@ def inbound_message_route(
         return RouteResult(IGNORED_UNREADABLE)
     annotations = payload.get(HUB_ANNOTATIONS_KEY)
     missed = isinstance(annotations, dict) and annotations.get("missed") is True
+    # D2/U7: read by the catch-up after a gap: admitted at the catch-up's door (explain says so), for its sender.
+    backfilled = isinstance(annotations, dict) and annotations.get("backfilled") is True
     if bot_open_id is None:
         bot_open_id = bot_open_id_ensure(bot=bot)
     if not bot_open_id and bot.has_feishu_credentials and parsed.mentions and not parsed.is_direct:
@@ -182,20 +131,28 @@ def inbound_message_route(
 
     command = slash_command(text)
     if parsed.is_direct:
-        return _direct_message_route(bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, missed=missed)
+        return _direct_message_route(
+            bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, missed=missed, backfilled=backfilled
+        )
     return _group_message_route(
-        bot=bot, parsed=parsed, bot_open_id=bot_open_id, command=command, finish=finish, missed=missed
+        bot=bot,
+        parsed=parsed,
+        bot_open_id=bot_open_id,
+        command=command,
+        finish=finish,
+        missed=missed,
+        backfilled=backfilled,
     )
 
 
 def _direct_message_route(
-    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, missed: bool
+    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, missed: bool, backfilled: bool
 ) -> RouteResult:
     """A DM: a command, or a turn. Never recorded as workspace thread context (C3) and never probed (P1).
     U2: the bot's DM policy admits the sender first; U7: one the catch-up read past the window is not answered."""
     if parsed.sender_type != "user":
         return RouteResult(IGNORED_OTHER_APP)
-    door = DOOR_CATCHUP if missed else (DOOR_COMMAND if command else DOOR_DM)
+    door = DOOR_CATCHUP if backfilled else (DOOR_COMMAND if command else DOOR_DM)
     admission = admission_decide(bot=bot, workspace=None, principal=parsed.principal, door=door)
     if not admission.allowed:
         logger.info("direct message refused", extra={"bot": bot.slug, "rule": admission.rule})
@@ -212,7 +169,14 @@ def _direct_message_route(
 
 
 def _group_message_route(
-    *, bot: Bot, parsed: ParsedMessage, bot_open_id: str, command: str, finish: EventFinish | None, missed: bool
+    *,
+    bot: Bot,
+    parsed: ParsedMessage,
+    bot_open_id: str,
+    command: str,
+    finish: EventFinish | None,
+    missed: bool,
+    backfilled: bool,
 ) -> RouteResult:
     """A group message: recorded as thread context, then a command, a turn (addressed), a discuss wake, or no more."""
     is_reply_to_bot = message_is_bot_output(bot=bot, feishu_message_id=parsed.parent_id)
@@ -249,7 +213,7 @@ def _group_message_route(
         if handed.turn is None:
             return RouteResult(IGNORED_HANDOFF_REFUSED)
         return RouteResult(ROUTE_HANDOFF, handed.turn)
-    door = DOOR_CATCHUP if missed else DOOR_MESSAGE
+    door = DOOR_CATCHUP if backfilled else DOOR_MESSAGE
     admission = admission_decide(bot=bot, workspace=workspace, principal=parsed.principal, door=door)
     if admission.rule == RULE_REPLY_OFF:
         return RouteResult(ROUTE_REPLY_OFF)
