@@ -18,12 +18,15 @@ CREATE TABLE failed ("already exists": the worker logged "Connection to broker l
 the queue name's unique constraint (the worker died, and honcho stopped every process); and all but one switch
 to WAL failed at once ("database is locked"). Here creating a table another process has just created, or a queue
 row another has just inserted, is the same success as creating it, and the switch to WAL waits for the other's.
+And none needs to: `manage.py embedded_broker_prepare` (`make run` runs it after migrate, as do the tests that
+start a hub) makes the file, its tables and every queue's row before any of them starts.
 """
 
 import sqlite3
 import time
 from typing import Any
 
+from celery import Celery
 from django.conf import settings
 from kombu.transport.sqlalchemy import Channel as SQLAlchemyChannel
 from kombu.transport.sqlalchemy import Transport as SQLAlchemyTransport
@@ -120,3 +123,16 @@ class Transport(SQLAlchemyTransport):
     @polling_interval.setter
     def polling_interval(self, value: float) -> None:
         pass  # kombu assigns the transport option when given; ours comes from the settings
+
+
+def embedded_broker_prepare(*, app: Celery) -> list[str]:
+    """The broker's file in WAL mode, its tables and a row for each of the app's queues, made once by one process
+    before the hub's processes start; returns the queues declared. None when the app's broker is not this one
+    (Redis creates a queue with its first message, and needs no preparing)."""
+    with app.connection_for_write() as connection:
+        if not isinstance(connection.transport, Transport):
+            return []
+        channel = connection.default_channel
+        for queue in app.amqp.queues.values():
+            queue.bind(channel).declare()  # what a worker consuming it declares at its start
+    return sorted(app.amqp.queues)

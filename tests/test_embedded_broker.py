@@ -1,13 +1,16 @@
 """A14 (issue 36): no broker-table race at a cold start of the embedded default (amuxweb/embedded_broker.py).
 
-Workers started together on a fresh broker file each create kombu's tables and each queue's row; before the
-transport tolerated another process doing the same at the same moment, one in two such starts lost a worker
-(an IntegrityError on the queue name: the worker exited, and under honcho every process with it) or had one
+Workers started together on a fresh broker file each create kombu's tables and each queue's row. Before the
+transport tolerated another process doing the same at the same moment, 12 to 18 of the 20 rounds below lost a
+worker (an IntegrityError on the queue name: the worker exited, and under honcho every process with it) or had one
 reconnect ("Connection to broker lost": a table or the switch to WAL taken by another).
 
 The race is proved, not hoped for: tests/embedded_broker_workers.py forks the workers of a round from one loaded
 process and holds each at the end of its worker_init until all four are there, so all reach the broker within
 milliseconds, round after round (about 20 s for the twenty rounds on CI's two cores).
+
+And none needs to race: `manage.py embedded_broker_prepare`, run after migrate by `make run` and by the tests that
+start a hub on the embedded default, makes the file, its tables and every queue's row before they start.
 
 In the SQLite run (`make test`); the PostgreSQL + Redis run has no embedded broker to prove it on.
 """
@@ -15,11 +18,14 @@ In the SQLite run (`make test`); the PostgreSQL + Redis run has no embedded brok
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 ROUNDS = 20
@@ -45,6 +51,27 @@ def embedded_env(directory: Path) -> dict[str, str]:
         PROMETHEUS_MULTIPROC_DIR=str(directory / "prometheus"),
     )
     return env
+
+
+def manage(directory: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        env=embedded_env(directory),
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def broker_read(broker_file: Path) -> dict[str, object]:
+    with closing(sqlite3.connect(broker_file)) as database:
+        return {
+            "tables": sorted(row[0] for row in database.execute("SELECT name FROM sqlite_master WHERE type='table'")),
+            "queues": sorted(database.execute("SELECT id, name FROM kombu_queue")),
+            "journal_mode": database.execute("PRAGMA journal_mode").fetchone()[0],
+        }
 
 
 def workers_cold_start(directory: Path, *, rounds: int, workers: int) -> list[dict]:
@@ -73,9 +100,8 @@ def broker_trouble(outcome: dict) -> str:
     """A failed worker's lines about its broker (else its last lines: it never got that far), for the assertion."""
     lines = Path(outcome["log"]).read_text(errors="replace").splitlines()
     picked = [line[:240] for line in lines if "broker" in line or "Error" in line] or lines[-5:]
-    return f"round {outcome['round']} worker {outcome['worker']} (exited: {outcome['has_exited']}):\n" + "\n".join(
-        picked
-    )
+    heading = f"round {outcome['round']} worker {outcome['worker']} (exited: {outcome['has_exited']}):"
+    return "\n".join([heading, *picked])
 
 
 def test_a14_four_workers_cold_start_on_a_fresh_embedded_broker(tmp_path):
@@ -89,3 +115,27 @@ def test_a14_four_workers_cold_start_on_a_fresh_embedded_broker(tmp_path):
         f"{len(failed)} of {len(outcomes)} workers in {len({outcome['round'] for outcome in failed})} of {ROUNDS} "
         "rounds did not come up or lost their broker:\n" + "\n".join(broker_trouble(outcome) for outcome in failed[:4])
     )
+
+
+def test_a14_embedded_broker_prepare_makes_the_tables_and_every_queue_before_any_worker_starts(tmp_path):
+    # given: a fresh clone's embedded default, no broker file yet
+    broker_file = tmp_path / "celery-broker.sqlite3"  # beside the database (amuxweb/settings/base.py)
+    queues = sorted(settings.CELERY_TASK_QUEUES)
+    # when: `make run`'s step after migrate
+    printed = manage(tmp_path, "embedded_broker_prepare")
+    # then: the file in WAL mode, kombu's tables, and a row for every queue a worker consumes
+    prepared = broker_read(broker_file)
+    assert prepared["tables"] == ["kombu_message", "kombu_queue", "sqlite_sequence"]
+    assert sorted(name for _, name in prepared["queues"]) == queues
+    assert prepared["journal_mode"] == "wal"
+    assert printed == f"Embedded broker ready: sqlite:///{broker_file} (queues: {', '.join(queues)})\n"
+
+
+def test_a14_embedded_broker_prepare_run_again_changes_nothing(tmp_path):
+    # given: a prepared broker (the first `make run`)
+    manage(tmp_path, "embedded_broker_prepare")
+    prepared = broker_read(tmp_path / "celery-broker.sqlite3")
+    # when: every later `make run`
+    manage(tmp_path, "embedded_broker_prepare")
+    # then: the same rows, none inserted again
+    assert broker_read(tmp_path / "celery-broker.sqlite3") == prepared
