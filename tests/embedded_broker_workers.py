@@ -3,12 +3,13 @@ tests/test_embedded_broker.py as `python -m tests.embedded_broker_workers <direc
 `amuxweb.settings.local` and DATABASE_URL on a SQLite file in <directory>.
 
 Every worker is the real one (`celery worker`'s own entry: the embedded transport, the app's queues, its
-worker_init and worker_ready receivers), each in a process of its own; only the imports are shared.
-This process loads Django, the app and the worker code once and migrates the hub database once, then each round
-forks `workers` children at the same instant, each pointed at the round's new broker file. A fresh
-`celery worker` spends ~2 s of CPU importing before it touches the broker, so twenty rounds of four would take
-minutes on CI's two cores; forked, a round takes about a second, and the four reach the broker within
-milliseconds of each other, a tighter race than `make run`'s honcho starting them.
+worker_init and worker_ready receivers), each in a process of its own; only the imports are shared, and the Django
+system checks Celery runs in each are skipped (`main`). This process loads Django, the app and the worker code once
+and migrates the hub database once; each round then forks `workers` children, each pointed at the round's new
+broker file, and holds each at the end of its worker_init until all are there, so they reach the broker within
+milliseconds of each other: a tighter race than `make run`'s honcho starting them. A fresh `celery worker` spends
+~2 s of CPU importing before it touches the broker, so twenty rounds of four would take minutes on CI's two cores;
+forked, a round takes under a second.
 
 A round waits until every worker logged its ready line or exited, then kills them (the broker file is thrown
 away, nothing needs a warm shutdown). The last line on stdout is a JSON list, one entry per worker started.
@@ -114,6 +115,9 @@ def main(directory: Path, rounds: int, workers: int) -> None:
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)  # the workers' ready receivers read the hub database
     lark_modules_load()  # what the app's worker_init receiver loads, here once rather than in every child
+    # Celery's Django fixup runs the system checks in every worker as it starts: ~0.15 s of CPU each, half of a
+    # round's, and nothing to do with the broker (`manage.py check` and CI's runs have them).
+    os.environ["CELERY_SKIP_CHECKS"] = "1"
     connections.close_all()  # a SQLite connection must not be shared with the forked children
     outcomes = []
     for number in range(rounds):

@@ -1,13 +1,13 @@
 """A14 (issue 36): no broker-table race at a cold start of the embedded default (amuxweb/embedded_broker.py).
 
 Workers started together on a fresh broker file each create kombu's tables and each queue's row. Before the
-transport tolerated another process doing the same at the same moment, 12 to 18 of the 20 rounds below lost a
+transport tolerated another process doing the same at the same moment, 9 to 18 of the 20 rounds below lost a
 worker (an IntegrityError on the queue name: the worker exited, and under honcho every process with it) or had one
 reconnect ("Connection to broker lost": a table or the switch to WAL taken by another).
 
 The race is proved, not hoped for: tests/embedded_broker_workers.py forks the workers of a round from one loaded
 process and holds each at the end of its worker_init until all four are there, so all reach the broker within
-milliseconds, round after round (about 20 s for the twenty rounds on CI's two cores).
+milliseconds, round after round (15-20 s for the twenty rounds on two cores).
 
 And none needs to race: `manage.py embedded_broker_prepare`, run after migrate by `make run` and by the tests that
 start a hub on the embedded default, makes the file, its tables and every queue's row before they start.
