@@ -54,7 +54,7 @@ def worker_run(*, broker_file: Path, log_path: Path, hostname: str, barrier: Bar
         # The last worker_init receiver (the app's own ran first): every worker of the round waits here, then all
         # go on to the broker at once.
         worker_init.connect(lambda **_: barrier.wait(timeout=READY_SECONDS), weak=False)
-        app.conf.broker_url = f"sqlite:///{broker_file}"  # the settings computed one, in the parent, for no round
+        app.conf.update(broker_url=f"sqlite:///{broker_file}")  # the settings computed one for no round
         app.worker_main([*WORKER_ARGUMENTS, f"--hostname={hostname}"])
     finally:
         sys.stdout.flush()
