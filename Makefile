@@ -24,6 +24,7 @@ install: $(VENV)/.installed
 # turns), beat and feishu_connect (the long connection of bots that use it); one Ctrl-C stops all. manage.py's default settings are amuxweb.settings.local.
 run: install
 	$(PY) manage.py migrate --noinput
+	$(PY) manage.py embedded_broker_prepare  # its tables and queues before the Procfile's processes start together
 	$(PY) manage.py seed_demo
 	$(PY) manage.py ensure_admin
 	mkdir -p var

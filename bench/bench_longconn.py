@@ -17,6 +17,7 @@ this process holds the long connection in a thread (what a `feishu_connect` chil
 Bounded: EVENTS per path, SLOW_EVENTS, MAX_SECONDS.
 """
 
+import io
 import os
 import secrets
 import socket
@@ -120,6 +121,7 @@ def run() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    call_command("embedded_broker_prepare", stdout=io.StringIO())  # as `make run`: before the web and worker start
     from django.contrib.auth import get_user_model
 
     from agents.models import Bot, LLMModel, Provider, Turn

@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "probe",
     "feishu",
     "console",
+    "amuxweb",  # the project's wiring; an app only for its command (embedded_broker_prepare): no models, no URLs
 ]
 
 MIDDLEWARE = [

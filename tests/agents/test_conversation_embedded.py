@@ -2,8 +2,9 @@
 database and the embedded broker in its own SQLite file (amuxweb/embedded_broker.py), as `make run` has them.
 
 The pytest database (in memory) cannot be shared with other processes, so the module starts a hub of its own on a
-temporary SQLite file, as tests/faults does on its servers: `manage.py migrate` and the seed in subprocesses, then
-gunicorn serving the API and two Celery workers, all with `amuxweb.settings.local`. Three quick messages on a REST
+temporary SQLite file, as tests/faults does on its servers: `manage.py migrate`, `embedded_broker_prepare` (as
+`make run`: the broker's tables and queues exist before the processes that share it start) and the seed in
+subprocesses, then gunicorn serving the API and two Celery workers, all with `amuxweb.settings.local`. Three quick messages on a REST
 thread with a slow first model answer, per queue mode (tests/conversation_workers.py; the steering bot uses the MCP
 stub's tool over HTTP); and two threads side by side.
 
@@ -84,6 +85,7 @@ class EmbeddedHub:
     def start(self) -> None:
         (self.directory / "prometheus").mkdir()
         self.run_python("manage.py", "migrate", "--noinput")
+        self.run_python("manage.py", "embedded_broker_prepare")
         fields = {"llm_base_url": self.llm.url("/v1"), "mcp_url": self.mcp_url}
         seeded = json.loads(
             self.run_python("-m", "tests.agents.conversation_seed", json.dumps(fields)).splitlines()[-1]
