@@ -8,13 +8,15 @@ took two to four.
 - `insert_or_refresh`: an upsert that refreshes one column.
 - `update_returning`: an UPDATE that also reads one value (a subquery in RETURNING).
 - `update_carrying`: an UPDATE that carries another table's UPDATE (a data-modifying CTE, PostgreSQL).
+- `JSONKeysReplaced`: a JSON column with some keys replaced inside the UPDATE (no read, no lock first).
 PostgreSQL and SQLite >= 3.35 support all but the CTE (SQLite falls back to two statements there).
 """
 
+import json
 from typing import cast
 
-from django.db import connection
-from django.db.models import Model, QuerySet
+from django.db import NotSupportedError, connection, models
+from django.db.models import F, Func, Model, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.sql import UpdateQuery
 
@@ -152,3 +154,27 @@ def update_carrying(*, queryset: QuerySet, values: dict, carried_write: tuple[st
     with connection.cursor() as cursor:
         _execute_carrying(cursor, sql=update_sql, params=update_params, carried_write=carried_write)
         return cursor.rowcount
+
+
+class JSONKeysReplaced(Func):
+    """A JSON object column with some top-level keys replaced (or added), computed by the database inside the
+    UPDATE: one statement, no lock and read first, and no concurrent writer's other keys lost."""
+
+    output_field = models.JSONField()
+
+    def __init__(self, column: str, values: dict) -> None:
+        super().__init__(F(column))
+        self.values = values
+
+    def as_sql(self, compiler, connection, *args, **extra):  # *args: Func's function, template, ... (unused)
+        raise NotSupportedError(f"JSONKeysReplaced has no {connection.vendor} form (PostgreSQL and SQLite only).")
+
+    def as_postgresql(self, compiler, connection, **extra):
+        column, params = compiler.compile(self.source_expressions[0])
+        return f"(COALESCE({column}, '{{}}'::jsonb) || %s::jsonb)", (*params, json.dumps(self.values))
+
+    def as_sqlite(self, compiler, connection, **extra):
+        column, params = compiler.compile(self.source_expressions[0])
+        paths = ", ".join("%s, json(%s)" for _ in self.values)
+        arguments = [part for key, value in self.values.items() for part in (f'$."{key}"', json.dumps(value))]
+        return f"json_set(COALESCE({column}, '{{}}'), {paths})", (*params, *arguments)

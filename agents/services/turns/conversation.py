@@ -37,7 +37,8 @@ from agents.models import Bot, Thread, Turn
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns import ledger
 from agents.services.turns.channels import channel_named
-from agents.services.turns.ledger import OPEN_STATUSES, JSONKeysReplaced
+from agents.services.turns.ledger import OPEN_STATUSES
+from core.statements import JSONKeysReplaced
 
 logger = logging.getLogger(__name__)
 

@@ -9,13 +9,12 @@ slow one, the sweeper beside a Celery retry) still leave one reply and one final
 `WHERE reply_message IS NULL`, a final status is written only over a non-final one.
 """
 
-import json
 import logging
 import time
 from datetime import datetime
 
-from django.db import NotSupportedError, models, transaction
-from django.db.models import F, Func, QuerySet
+from django.db import transaction
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents.models import Bot, Message, Thread, Turn
@@ -23,7 +22,13 @@ from agents.principals import NOBODY, Admission, Principal
 from agents.secrets import hub_secrets
 from agents.services.threads import message_build, message_created_log
 from core.redaction import redact, redacted
-from core.statements import insert_unless_exists, insert_with_update, update_returning, update_statement
+from core.statements import (
+    JSONKeysReplaced,
+    insert_unless_exists,
+    insert_with_update,
+    update_returning,
+    update_statement,
+)
 from core.text import storable_text
 
 logger = logging.getLogger(__name__)
@@ -350,30 +355,6 @@ def turn_mark_skipped(*, turn: Turn, reason: str) -> bool:
         from_statuses=[Turn.Status.QUEUED, Turn.Status.RUNNING],
         error=reason,
     )
-
-
-class JSONKeysReplaced(Func):
-    """A JSON object column with some top-level keys replaced (or added), computed by the database inside the
-    UPDATE: one statement, no lock and read first, and no concurrent writer's other keys lost."""
-
-    output_field = models.JSONField()
-
-    def __init__(self, column: str, values: dict) -> None:
-        super().__init__(F(column))
-        self.values = values
-
-    def as_sql(self, compiler, connection, *args, **extra):  # *args: Func's function, template, ... (unused)
-        raise NotSupportedError(f"JSONKeysReplaced has no {connection.vendor} form (PostgreSQL and SQLite only).")
-
-    def as_postgresql(self, compiler, connection, **extra):
-        column, params = compiler.compile(self.source_expressions[0])
-        return f"(COALESCE({column}, '{{}}'::jsonb) || %s::jsonb)", (*params, json.dumps(self.values))
-
-    def as_sqlite(self, compiler, connection, **extra):
-        column, params = compiler.compile(self.source_expressions[0])
-        paths = ", ".join("%s, json(%s)" for _ in self.values)
-        arguments = [part for key, value in self.values.items() for part in (f'$."{key}"', json.dumps(value))]
-        return f"json_set(COALESCE({column}, '{{}}'), {paths})", (*params, *arguments)
 
 
 def turn_channel_state_merge(*, turn: Turn, values: dict) -> dict:
