@@ -6,9 +6,12 @@ no authority of its own); the command dispatcher; a schedule's run, for its crea
 The rules, in the order they decide:
 
 1. nobody behind it (no principal): refused; authority is carried, never inferred;
-2. a direct message (no workspace): the bot's DM policy (`Bot.dm_policy`: everyone, listed, owner);
-3. a command in a group: the chat's command permission (K1: `command_open_ids`, else the mode and the list);
-4. a group: the chat's reply mode off (G5), its list of people (`allowed_open_ids`, G5), owner_only (C2, G3).
+2. a schedule's or an automation's run into a chat the bot has left (its workspace retired, U4): refused; a
+   message's arrival shows the bot is there, a run's does not;
+3. an automation made in the console (DOOR_AUTOMATION): its owner's, admitted (the owner configured the chat);
+4. a direct message (no workspace): the bot's DM policy (`Bot.dm_policy`: everyone, listed, owner);
+5. a command in a group: the chat's command permission (K1: `command_open_ids`, else the mode and the list);
+6. a group: the chat's reply mode off (G5), its list of people (`allowed_open_ids`, G5), owner_only (C2, G3).
 
 Pure: reads the bot and the workspace the caller already holds (both cached on the hot path), so asking adds no
 statement to an @-mention.
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Bot
-from agents.principals import DOOR_COMMAND, Admission, Principal
+from agents.principals import DOOR_AUTOMATION, DOOR_COMMAND, DOOR_SCHEDULE, Admission, Principal
 from feishu.commands.permissions import command_permission
 from feishu.inbound.parsing import ParsedMessage
 from threadcontext.models import Workspace
@@ -33,6 +36,7 @@ RULE_COMMAND = "command_permission"
 RULE_REPLY_OFF = "reply_off"
 RULE_NOT_ALLOWED = "not_allowed"
 RULE_NOT_OWNER = "not_owner"
+RULE_BOT_LEFT = "bot_left"
 
 REPLY_OFF = "off"
 AT_ALL_KEY = "@_all"  # Feishu's mention of everyone in a group
@@ -70,6 +74,10 @@ def admission_decide(*, bot: Bot, workspace: Workspace | None, principal: Princi
     """Pure (U2): may `principal` make `bot` act here (the chat `workspace`; None for a DM) through `door`?"""
     if not principal.is_known:
         return Admission(False, door, RULE_NOBODY, "nobody to act for: the request carries no person")
+    if door in (DOOR_SCHEDULE, DOOR_AUTOMATION) and workspace is not None and workspace.retired_at is not None:
+        return Admission(False, door, RULE_BOT_LEFT, "the bot is no longer in this chat")
+    if door == DOOR_AUTOMATION:
+        return Admission(True, door, RULE_ADMITTED, "the bot's owner made this automation in the console")
     if workspace is None:
         return _dm_admission(bot=bot, principal=principal, door=door)
     if door == DOOR_COMMAND:

@@ -211,6 +211,8 @@ class CatchupRun(models.Model):
     chats = models.PositiveIntegerField(default=0)
     read = models.PositiveIntegerField(default=0)
     stored = models.PositiveIntegerField(default=0)
+    # U7: listed items that claimed another chat than the one asked for: dropped, never stored or answered.
+    dropped = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
 
     class Meta:

@@ -190,11 +190,13 @@ class AutomationAdmin(admin.ModelAdmin):
         "feishu_chat_id",
         "feishu_topic_message_id",
         "created_by_open_id",
+        "feishu_chat_type",
         "is_enabled",
         "thread_link",
         "periodic_task",
     ]
-    readonly_fields = ["thread_link", "periodic_task", "created_by_open_id"]
+    # U4: who made a /schedule and in which kind of chat decide its admission at every run: not edited here.
+    readonly_fields = ["thread_link", "periodic_task", "created_by_open_id", "feishu_chat_type"]
     actions = ["run_now"]
 
     @admin.display(description=_("Thread"))

@@ -28,6 +28,11 @@ class Automation(models.Model):
     created_by_open_id = models.CharField(
         max_length=64, blank=True, help_text="Who created it with /schedule in the chat (empty: made in the admin)."
     )
+    # U4 (issue 35): where a /schedule was made, as Feishu typed the chat: "p2p" (a DM, admitted by the bot's DM
+    # policy at each run) or "group" (by the chat's workspace). Stored, never inferred from a missing workspace.
+    feishu_chat_type = models.CharField(
+        max_length=16, blank=True, help_text="group or p2p for a /schedule (empty: made in the admin)."
+    )
     is_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

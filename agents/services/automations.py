@@ -12,6 +12,11 @@ A run goes through the one turn pipeline (agents.services.turns): its channel is
 stores the prompt. Posting each run's answer to a Feishu chat (`feishu_chat_id`) is that channel's delivery: the
 Feishu bridge registers an automation channel that posts it with the same uuids and retries as any reply (agents
 never imports the bridge); without a chat, replied is delivered at once.
+
+U4 (issue 35): each run is admitted for its principal before its turn exists (the channel's `run_admission`; the
+bridge asks its one admission check for a schedule's creator in the chat, every run). A refused run calls no model:
+its turn is recorded skipped with the refusal, the automation is stopped (`automation_stop`: disabled, and its
+periodic task), and the channel tells the person it acted for once.
 """
 
 import json
@@ -24,7 +29,7 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from agents.models import Automation, Bot, Thread, Turn
 from agents.principals import DOOR_AUTOMATION, DOOR_SCHEDULE, Admission, Principal
 from agents.services.threads import thread_create
-from agents.services.turns import turn_get_or_create, turn_run
+from agents.services.turns import automation_channel, turn_get_or_create, turn_mark_skipped, turn_run
 from agents.tasks import automation_run_task
 from core.tasks_enqueue import task_enqueue
 
@@ -69,9 +74,10 @@ def automation_create(
     is_enabled: bool = True,
     feishu_topic_message_id: str = "",
     created_by_open_id: str = "",
+    feishu_chat_type: str = "",
 ) -> Automation:
-    """`feishu_topic_message_id` and `created_by_open_id`: an automation made with /schedule in a chat (issue 25)
-    posts into that topic and remembers who asked for it."""
+    """`feishu_topic_message_id`, `created_by_open_id` and `feishu_chat_type`: an automation made with /schedule in a
+    chat (issue 25) posts into that topic, remembers who asked for it and whether the chat is a DM (U4)."""
     automation = Automation(
         bot=bot,
         name=name,
@@ -81,6 +87,7 @@ def automation_create(
         is_enabled=is_enabled,
         feishu_topic_message_id=feishu_topic_message_id,
         created_by_open_id=created_by_open_id,
+        feishu_chat_type=feishu_chat_type,
     )
     automation.full_clean(exclude=["periodic_task", "thread"])
     automation.save()
@@ -95,6 +102,18 @@ def automation_save(*, automation: Automation) -> Automation:
     automation.save()
     automation_schedule_sync(automation=automation)
     return automation
+
+
+@transaction.atomic
+def automation_stop(*, automation: Automation) -> bool:
+    """Disable an automation and its periodic task (U4); True only for the call that stopped it (a conditional
+    UPDATE), so whoever stops it tells its creator once, however many runs or events race to stop it."""
+    stopped = Automation.objects.filter(pk=automation.pk, is_enabled=True).update(is_enabled=False) == 1
+    PeriodicTask.objects.filter(name=periodic_task_name(automation=automation)).update(enabled=False)
+    automation.is_enabled = False
+    if stopped:
+        logger.info("automation stopped", extra={"automation_id": automation.pk, "bot": automation.bot.slug})
+    return stopped
 
 
 def automation_delete(*, automation: Automation) -> None:
@@ -143,10 +162,13 @@ def automation_run(*, automation: Automation, run_id: str) -> str:
     """One run: the prompt as a user_message (mask 0) and the agent's answer (mask 1) in the automation thread.
 
     `run_id` names the run (the Celery task id, or a fresh uuid for "Run now"); the same run id never runs
-    twice. Returns the turn's outcome; may raise `TurnRetryLater` (the task retries).
+    twice. Returns the turn's outcome; may raise `TurnRetryLater` (the task retries). A run its principal is no
+    longer admitted for (U4) is recorded skipped, calls no model and stops the automation.
     """
     thread = automation_thread_get_or_create(automation=automation)
+    channel = automation_channel()
     principal, admission = automation_principal(automation=automation)
+    admission = channel.run_admission(automation=automation, principal=principal, admission=admission)
     turn, _ = turn_get_or_create(
         bot=automation.bot,
         thread=thread,
@@ -155,4 +177,9 @@ def automation_run(*, automation: Automation, run_id: str) -> str:
         principal=principal,
         admission=admission,
     )
-    return turn_run(turn_id=turn.pk)
+    if admission.allowed:
+        return turn_run(turn_id=turn.pk)
+    turn_mark_skipped(turn=turn, reason=f"Not admitted: {admission.reason}.")
+    if automation_stop(automation=automation):
+        channel.run_stopped(automation=automation, admission=admission)
+    return str(Turn.Status.SKIPPED)

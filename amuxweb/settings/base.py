@@ -6,6 +6,8 @@ The embedded default needs nothing set: SQLite under var/, a broker in a SQLite 
 Production sets DATABASE_URL, REDIS_URL, SECRET_KEY, FIELD_ENCRYPTION_KEY and ALLOWED_HOSTS.
 """
 
+# Long because it is the one list of the hub's settings read from the environment (docs/configuration.md), a
+# line or two each: splitting it would only scatter them.
 from datetime import timedelta
 from pathlib import Path
 
@@ -326,6 +328,12 @@ AMUX_BACKFILL_ANSWER_WINDOW_SECONDS = env.int("AMUX_BACKFILL_ANSWER_WINDOW_SECON
 # D2: a worker that starts when the hub's heartbeat (stamped by the inbound sweeper) is older than this catches up
 # with what every Feishu bot missed (feishu.inbound.hub_start).
 AMUX_BACKFILL_AFTER_SECONDS = env.int("AMUX_BACKFILL_AFTER_SECONDS", default=60)
+# U4 (issue 35): /schedule limits (running schedules only). 10 per chat holds a team's routines with room to spare;
+# 5 per person, across a bot's chats and DMs, keeps one person from filling a chat or multiplying runs through DMs;
+# one run per 15 minutes at most caps a chat at 40 scheduled model runs an hour.
+AMUX_SCHEDULES_PER_CHAT = env.int("AMUX_SCHEDULES_PER_CHAT", default=10)
+AMUX_SCHEDULES_PER_PERSON = env.int("AMUX_SCHEDULES_PER_PERSON", default=5)
+AMUX_SCHEDULE_MIN_INTERVAL_MINUTES = env.int("AMUX_SCHEDULE_MIN_INTERVAL_MINUTES", default=15)
 # The sweeper re-enqueues inbound events still pending this long after they were stored (broker outage).
 FEISHU_SWEEP_PENDING_AFTER_SECONDS = env.int("FEISHU_SWEEP_PENDING_AFTER_SECONDS", default=30)
 # Outbound (R2-R4). Feishu's limits: 5 messages/s per chat (shared by every bot in it), 50/s per app; the send

@@ -1,8 +1,12 @@
-"""An automation run's answer posted to its Feishu chat (item 8), into the topic a /schedule was made in (K4)."""
+"""An automation run's answer posted to its Feishu chat (item 8), into the topic a /schedule was made in (K4); each
+run admitted for its creator first, and a refused one stopped with one line to them (U4, feishu.channel.schedule_stops).
+"""
 
-from agents.models import Message, Turn
+from agents.models import Automation, Message, Turn
+from agents.principals import Admission, Principal
 from agents.services.turns.channels import AutomationChannel
 from core.text import TranslatableText
+from feishu.channel.schedule_stops import automation_run_admission, automation_stopped_tell
 from feishu.channel.sending import bot_reply_format, rows_send
 from feishu.outbound.delivery import OutgoingText, deliveries_prepare, feishu_notice_send
 
@@ -20,6 +24,12 @@ class FeishuAutomationChannel(AutomationChannel):
         """Issue 25: a /schedule made in a topic posts each run into that topic (a reply in thread to it)."""
         automation = getattr(turn.thread, "automation", None)
         return automation.feishu_topic_message_id if automation is not None else ""
+
+    def run_admission(self, *, automation: Automation, principal: Principal, admission: Admission) -> Admission:
+        return automation_run_admission(automation=automation, principal=principal, admission=admission)
+
+    def run_stopped(self, *, automation: Automation, admission: Admission) -> None:
+        automation_stopped_tell(automation=automation, rule=admission.rule)
 
     def deliver(self, *, turn: Turn, reply: Message) -> None:
         chat_id = self._chat_id(turn)

@@ -8,6 +8,12 @@ annotation `backfilled`; an addressed one older than AMUX_BACKFILL_ANSWER_WINDOW
 routing records it without answering (the inbound event and its explain say "this request arrived while the hub
 was down and was not answered"). Each page read takes a token of the app's send budget (feishu.outbound.reads).
 
+U7 (issue 35): the catch-up answers only chats the bot belongs to. A chat whose workspace is retired (the bot was
+removed) is not read; and each listed item's chat id is checked against the chat it was asked for: an item claiming
+another chat is dropped (a warning names both, the run's record counts it), never stored or answered, so a list
+answer cannot carry a message into a chat the hub did not ask about. The answer window applies to DMs and commands
+as to any @ (routing's `missed`).
+
 Triggers: the bot page's "catch up" action; a long connection back after a gap (its child enqueues
 feishu.tasks.catchup_run when the SDK reconnects or a replacement child connects); a worker starting after the hub
 was down longer than AMUX_BACKFILL_AFTER_SECONDS (feishu.inbound.hub_start). Topic replies are read with their
@@ -38,7 +44,7 @@ from feishu.inbound import webhook as feishu_webhook
 from feishu.inbound.parsing import HUB_ANNOTATIONS_KEY
 from feishu.models import InboundEvent
 from feishu.outbound import reads as feishu_reads
-from threadcontext.models import ThreadEvent
+from threadcontext.models import ThreadEvent, Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +59,7 @@ class CatchupResult:
     read: int
     stored: int
     seconds: float
+    dropped: int = 0  # listed items that claimed another chat than the one asked for (U7)
 
 
 def _active_chats(*, bot: Bot, since) -> dict[str, str]:
@@ -69,12 +76,20 @@ def _active_chats(*, bot: Bot, since) -> dict[str, str]:
     heard = ThreadEvent.objects.filter(bridge_id=bot.bridge_id, created_at__gte=since).values_list("chat_id", flat=True)
     for chat_id in set(heard):
         chats.setdefault(chat_id, "group")
-    return dict(sorted(chats.items()))
+    left = set(  # U7: a group the bot was removed from is no chat of its own any more
+        Workspace.objects.filter(bot_profile=bot.slug, chat_id__in=list(chats), retired_at__isnull=False).values_list(
+            "chat_id", flat=True
+        )
+    )
+    return {chat_id: chat_type for chat_id, chat_type in sorted(chats.items()) if chat_id not in left}
 
 
-def listed_message_event(*, bot: Bot, item: Any, missed: bool, chat_type: str = "group") -> dict[str, Any]:
+def listed_message_event(
+    *, bot: Bot, item: Any, missed: bool, chat_id: str, chat_type: str = "group"
+) -> dict[str, Any]:
     """A listed message as the receive event Feishu would have pushed (pure): the list's mention ids are
-    strings, the event's are objects; the sender's id is an open_id for people."""
+    strings, the event's are objects; the sender's id is an open_id for people. `chat_id`: the chat the list was
+    asked for, which the item was checked to belong to (an item without a chat id of its own gets it)."""
     sender = item.sender
     mentions = [
         {"key": m.key or "", "id": {"open_id": m.id or ""}, "name": m.name or ""} for m in (item.mentions or [])
@@ -82,7 +97,7 @@ def listed_message_event(*, bot: Bot, item: Any, missed: bool, chat_type: str = 
     message = {
         "message_id": item.message_id,
         "create_time": item.create_time or "",
-        "chat_id": item.chat_id,
+        "chat_id": chat_id,
         "chat_type": chat_type,
         "message_type": item.msg_type or "text",
         "content": (item.body.content if item.body else "") or "",
@@ -145,7 +160,7 @@ def catchup_run(*, bot: Bot, since: datetime | None = None) -> CatchupResult:
     window_ms = settings.AMUX_BACKFILL_ANSWER_WINDOW_SECONDS * 1000
     now_ms = int(now.timestamp() * 1000)
     chats = _active_chats(bot=bot, since=now - CATCHUP_LOOKBACK)
-    read = 0
+    read = dropped = 0
     before = InboundEvent.objects.filter(bot=bot).count()
     for chat_id, chat_type in chats.items():
         token = ""
@@ -161,15 +176,26 @@ def catchup_run(*, bot: Bot, since: datetime | None = None) -> CatchupResult:
                 read += 1
                 if getattr(item, "deleted", False):
                     continue
+                if item.chat_id and item.chat_id != chat_id:
+                    dropped += 1
+                    _foreign_item_log(bot=bot, asked=chat_id, item=item)
+                    continue
                 missed = now_ms - int(item.create_time or now_ms) > window_ms
-                event = json.loads(
-                    json.dumps(listed_message_event(bot=bot, item=item, missed=missed, chat_type=chat_type))
-                )
+                listed = listed_message_event(bot=bot, item=item, missed=missed, chat_id=chat_id, chat_type=chat_type)
+                event = json.loads(json.dumps(listed))
                 # A message stored already is found, not stored again.
                 feishu_webhook.captured_event_store(bot=bot, event=event)
             if not token:
                 break
     stored = InboundEvent.objects.filter(bot=bot).count() - before
     seconds = time.perf_counter() - started
-    logger.info("feishu catch-up done", extra={"bot": bot.slug, "chats": len(chats), "read": read, "stored": stored})
-    return CatchupResult(chats=len(chats), read=read, stored=stored, seconds=seconds)
+    counts = {"chats": len(chats), "read": read, "stored": stored, "dropped": dropped}
+    logger.info("feishu catch-up done", extra={"bot": bot.slug, **counts})
+    return CatchupResult(**counts, seconds=seconds)
+
+
+def _foreign_item_log(*, bot: Bot, asked: str, item: Any) -> None:
+    logger.warning(
+        "feishu catch-up dropped a listed message of another chat",
+        extra={"bot": bot.slug, "asked_chat_id": asked, "listed_chat_id": item.chat_id, "message_id": item.message_id},
+    )

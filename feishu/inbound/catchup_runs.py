@@ -100,7 +100,9 @@ def catchup_now(*, bot: Bot) -> CatchupRun:
 
 
 def _finish(*, catchup_pk: int, result: CatchupResult | None = None, error: str = "") -> None:
-    counts = {"chats": result.chats, "read": result.read, "stored": result.stored} if result is not None else {}
+    counts = {}
+    if result is not None:
+        counts = {"chats": result.chats, "read": result.read, "stored": result.stored, "dropped": result.dropped}
     CatchupRun.objects.filter(pk=catchup_pk, finished_at__isnull=True).update(
         finished_at=timezone.now(), error=error, **counts
     )

@@ -11,6 +11,7 @@ from agents.principals import DOOR_CATCHUP, DOOR_COMMAND, DOOR_DM, DOOR_EDIT, DO
 from feishu.admission import REPLY_OFF, RULE_NOT_ALLOWED, RULE_NOT_OWNER, RULE_REPLY_OFF, admission_decide, group_policy
 from feishu.channel.brake import handoff_receive
 from feishu.channel.peers import chat_peer_bots, mentioned_peer_bots
+from feishu.channel.schedule_stops import chat_automations_stop
 from feishu.channel.turn_channel import feishu_turn_start
 from feishu.commands.dispatch import chat_command_handle
 from feishu.discuss.arbitration import at_all_arbitrate
@@ -342,6 +343,7 @@ def inbound_event_route(
             workspace_joined(bot_profile=bot.slug, chat_id=chat_id, name=str(event.get("name") or ""))
             return RouteResult(ROUTE_WORKSPACE_JOINED)
         workspace_retire(bot_profile=bot.slug, chat_id=chat_id)
+        chat_automations_stop(bot=bot, chat_id=chat_id)  # U4: its schedules there stop now, not at their next run
         return RouteResult(ROUTE_WORKSPACE_RETIRED)
     return RouteResult(IGNORED_UNKNOWN_EVENT)
 

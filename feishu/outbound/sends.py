@@ -70,6 +70,12 @@ def message_reply_content(
     return SentMessage(message_id=response.data.message_id or "", thread_id=response.data.thread_id or "")
 
 
+def receive_id_type_of(receive_id: str) -> str:
+    """Feishu's ids say what they name by their prefix: `ou_` a person (open_id), `oc_` a chat. A message to a
+    person is created with receive_id_type open_id; anything else is a chat, as before."""
+    return "open_id" if receive_id.startswith("ou_") else "chat_id"
+
+
 def message_create_content(
     *,
     bot: Bot,
@@ -80,7 +86,8 @@ def message_create_content(
     sleep: Callable[[float], None] | None = None,
     budget: SendBudget | None = None,
 ) -> SentMessage:
-    """A new message of any msg_type in a chat (an automation's post: it answers no message)."""
+    """A new message of any msg_type in a chat (an automation's post: it answers no message), or to a person
+    directly: `chat_id` may be an open_id (a stopped schedule's line to its creator, U4)."""
     body = (
         CreateMessageRequestBody.builder()
         .receive_id(chat_id)
@@ -89,7 +96,7 @@ def message_create_content(
         .uuid(uuid)
         .build()
     )
-    request = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+    request = CreateMessageRequest.builder().receive_id_type(receive_id_type_of(chat_id)).request_body(body).build()
     response = feishu_client.feishu_call(
         bot=bot,
         operation="message.create",

@@ -136,6 +136,7 @@ class FeishuStub:
         self.documents: dict[str, str | None] = {}
         self.wiki_nodes: dict[str, dict[str, str]] = {}
         self.on_list: Callable[[RecordedRequest], None] | None = None  # see the module docstring
+        self.listed_in: dict[str, str] = {}  # message_id -> the chat whose list holds it (add_message's listed_in)
 
     # --- test controls -------------------------------------------------------------------------------
     def fail_next(
@@ -164,9 +165,14 @@ class FeishuStub:
         thread_id: str = "",
         create_time_ms: int | None = None,
         mentions: list[dict[str, Any]] | None = None,
+        listed_in: str = "",
     ) -> None:
+        """`listed_in`: the chat whose message list holds it when that is not its own `chat_id` (an item claiming
+        another chat than the one asked for, issue 35 U7)."""
         body = content if content is not None else {"text": text}
         with self.lock:
+            if listed_in:
+                self.listed_in[message_id] = listed_in
             self.messages[message_id] = {
                 "create_time": str(create_time_ms if create_time_ms is not None else int(time.time() * 1000)),
                 "message_id": message_id,
@@ -198,7 +204,8 @@ class FeishuStub:
             (
                 m
                 for m in self.messages.values()
-                if m.get("chat_id") == arg("container_id") and start <= int(m.get("create_time") or 0) <= end
+                if self.listed_in.get(m["message_id"], m.get("chat_id")) == arg("container_id")
+                and start <= int(m.get("create_time") or 0) <= end
             ),
             key=lambda m: int(m.get("create_time") or 0),
         )
@@ -570,7 +577,10 @@ class FeishuStub:
         self.messages[message_id] = {**data, "deleted": False, "updated": False, "mentions": []}
         if uuid:
             self._uuids[uuid] = data
-        self.sent.append({"route": route, "app_id": app_id, "message_id": message_id, **body, "parent_id": parent_id})
+        sent = {"route": route, "app_id": app_id, "message_id": message_id, **body, "parent_id": parent_id}
+        if route == "create":  # to a chat (chat_id) or to a person directly (open_id)
+            sent["receive_id_type"] = (request.query.get("receive_id_type") or [""])[0]
+        self.sent.append(sent)
         return 200, {"code": 0, "msg": "success", "data": data}, {}
 
     # --- issue 26: docx raw_content and wiki get_node (H2) ----------------------------------------------------

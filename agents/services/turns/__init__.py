@@ -31,6 +31,7 @@ from agents.services.turns.channels import (
     PrepareRetryable,
     Skip,
     TurnChannel,
+    automation_channel,
     channel_for,
     channel_register,
 )
@@ -43,6 +44,7 @@ from agents.services.turns.ledger import (
     TurnRetryLater,
     backoff_seconds,
     turn_get_or_create,
+    turn_mark_skipped,
 )
 from agents.services.turns.rest import REST_MESSAGE_MAX_CHARS, rest_message_post
 from agents.services.turns.runner import EMPTY_ANSWER_RETRY_NOTE, turn_run
@@ -83,6 +85,7 @@ __all__ = [
     "TurnRetryLater",
     "backoff_seconds",
     "broker_redelivery_seconds",
+    "automation_channel",
     "channel_for",
     "channel_register",
     "context_budget_tokens",
@@ -95,6 +98,7 @@ __all__ = [
     "running_stale_seconds",
     "turn_enqueue",
     "turn_get_or_create",
+    "turn_mark_skipped",
     "turn_run",
     "turns_sweep",
 ]

@@ -21,12 +21,17 @@ Hooks, in the order the runner calls them:
 - `approval_requested(turn, approval)` / `approval_decided(turn, approval, decision)`: a tool call waits for a
   person (H1): show the question (Feishu: a card with buttons), then the decision made elsewhere (REST, timeout).
 - `failed(turn, status)`: the turn ended failed or delivery_failed; tell the chat in one line when it can be reached.
+
+The automation channel has two more, asked by agents.services.automations before a run's turn exists (U4):
+`run_admission(automation, principal, admission)`, the door's decision for this run's principal, and
+`run_stopped(automation, admission)`, telling its creator once that a refused automation was stopped.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agents.models import Message, Thread, Turn
+from agents.models import Automation, Message, Thread, Turn
+from agents.principals import Admission, Principal
 from agents.services.turns.assembly import NO_ATTACHMENTS, TurnAttachments
 from core.connections import connection_release
 from core.text import TranslatableText
@@ -174,6 +179,16 @@ class AutomationChannel(TurnChannel):
             return Skip(reason="The automation of this thread was deleted.")
         return Prepared(content=automation.prompt, author=self.AUTHOR)
 
+    def run_admission(self, *, automation: Automation, principal: Principal, admission: Admission) -> Admission:
+        """U4: may this run act for `principal`? agents knows no chat, so the principal's own standing decides (the
+        bot's owner, for an automation made in the console); the Feishu bridge asks its admission check for a
+        schedule's creator in the chat it posts to, at every run."""
+        return admission
+
+    def run_stopped(self, *, automation: Automation, admission: Admission) -> None:
+        """A refused automation was stopped (once): tell the person it acted for, where they can read it."""
+        return None
+
 
 _channels: dict[str, TurnChannel] = {}
 
@@ -185,6 +200,12 @@ def channel_register(name: str, channel: TurnChannel) -> None:
 
 def channel_for(*, thread: Thread) -> TurnChannel:
     return channel_named(thread.channel)
+
+
+def automation_channel() -> AutomationChannel:
+    """The channel of automation runs (the bridge's, once registered), with its run hooks (U4)."""
+    channel = channel_named(Thread.Channel.AUTOMATION)
+    return channel if isinstance(channel, AutomationChannel) else AutomationChannel()
 
 
 def channel_named(name: str) -> TurnChannel:
