@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db.models import F
 
 from agents.models import Bot, McpServer, Provider, Turn
-from core.redaction import RedactionTally, redaction_secrets
+from core.redaction import RedactionTally, redacted, redaction_secrets
+from core.text import storable_text
 
 
 def _url_password(url: str) -> str:
@@ -79,6 +80,19 @@ def hub_secrets(*, extra: Iterable[str] = ()) -> tuple[str, ...]:
         stored = tuple(_stored_secrets())
         _cached["stored"] = (now, stored)
     return redaction_secrets([*_settings_secrets(), *stored, *extra])
+
+
+def upstream_error_redacted(text: str, *, extra: Iterable[str] = (), max_chars: int = 0) -> str:
+    """An error text from outside the hub (Feishu's answer, an SDK's exception, a provider's refusal) as it may be
+    stored and shown: every hub secret and `extra` redacted, made storable, then cut to `max_chars` (0: uncut).
+
+    The one step for every stored upstream error (Verify, voice transcription, document reads, deliveries, the
+    catch-up): Feishu quotes what it refused, the app secret included. `extra` is the caller's own secrets (a
+    bot's `feishu_secrets`), which may be newer than the cached set. Redaction runs before the cut: a secret near
+    the cut would survive in part.
+    """
+    text = redacted(storable_text(str(text)), secrets=hub_secrets(extra=extra))
+    return text[:max_chars] if max_chars else text
 
 
 def hub_redaction_tally() -> RedactionTally:

@@ -12,6 +12,7 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.exceptions import ApplicationError
+from core.text import storable_json
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
@@ -40,6 +41,8 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         response.data = {"message": "Validation error", "extra": {"fields": response.data}}
     else:
         response.data = {"message": str(exc.detail), "extra": {}}
+    # A field's error may quote the input; an unpaired surrogate in it would make the renderer fail with a 500.
+    response.data = storable_json(response.data)
     return response
 
 

@@ -9,6 +9,10 @@ text (strings are matched whole, so brackets inside them do not count), which ha
 `json_loads_bounded` is the one parse for the webhook and the long connection; `BoundedJSONParser` is DRF's
 JSONParser on top of it (settings DEFAULT_PARSER_CLASSES). Their errors, like WordedMultiPartParser's, are
 sentences of ours: a decoder's exception text never reaches a client.
+
+A REST body with an unpaired surrogate (`"\\ud800"`, the only way one reaches the API: query strings, forms and
+multipart are decoded with replacement) is refused here, for every field at once: a serializer field that echoes
+its input in an error (a ChoiceField's "... is not a valid choice") made the JSON renderer fail with a 500.
 """
 
 import codecs
@@ -21,7 +25,12 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.settings import api_settings
 
+from core.text import json_has_surrogate
+
 MAX_JSON_DEPTH = 64
+SURROGATE_REFUSED = (
+    "The body holds an unpaired surrogate escape (such as \\ud800): every text in it must be valid Unicode."
+)
 
 # A whole JSON string (escapes included), or one bracket. An unterminated string matches nothing and its
 # brackets are counted: the text is not JSON then, and json.loads refuses it anyway.
@@ -83,9 +92,12 @@ class BoundedJSONParser(JSONParser):
         if json_depth_exceeds(text):
             raise ParseError(f"The JSON body is nested deeper than {MAX_JSON_DEPTH} levels.")
         try:
-            return json.loads(text, parse_constant=_refuse_constant if api_settings.STRICT_JSON else None)
+            data = json.loads(text, parse_constant=_refuse_constant if api_settings.STRICT_JSON else None)
         except ValueError as error:
             raise ParseError("The body is not valid JSON.") from error
+        if json_has_surrogate(data):
+            raise ParseError(SURROGATE_REFUSED)
+        return data
 
 
 class WordedMultiPartParser(MultiPartParser):

@@ -15,12 +15,13 @@ Redaction runs before any truncation: a text cut first could keep a prefix of a 
 """
 
 import base64
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, unquote
 
 REDACTED = "[redacted]"
 # Twelve characters: every credential the hub stores (provider keys, Feishu app secrets and tokens, Django's
@@ -112,6 +113,83 @@ def redacted_json(value: Any, *, secrets: Iterable[str]) -> Any:
     if isinstance(value, list):
         return [redacted_json(item, secrets=secrets) for item in value]
     return value
+
+
+# What stands for a tool call's arguments that carry a secret no single value shows (split across values, or
+# escaped inside a nested serialized value): the whole is withheld, since no part can be shown safely.
+ARGUMENTS_WITHHELD = {REDACTED: "the arguments carry a secret across their values; not shown"}
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})|\\([\\/\"'])")
+
+
+def _unescaped(text: str) -> str:
+    """`text` with JSON / Python escapes (\\u0073, \\x73, \\/) and URL escapes (%73) decoded, once."""
+
+    def one(match: re.Match[str]) -> str:
+        code = match.group(1) or match.group(2)
+        return chr(int(code, 16)) if code else match.group(3)
+
+    return unquote(_ESCAPE.sub(one, text))
+
+
+def _strings(value: Any, *, keys: bool, order: str) -> Iterable[str]:
+    """The strings of a decoded JSON value in `order` (document, reversed, sorted by key); with `keys`, the keys
+    too, each before its value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        items = list(value.items())
+        if order == "sorted":
+            items.sort(key=lambda item: str(item[0]))
+        elif order == "reversed":
+            items.reverse()
+        for key, item in items:
+            if keys:
+                yield str(key)
+            yield from _strings(item, keys=keys, order=order)
+    elif isinstance(value, list):
+        for item in reversed(value) if order == "reversed" else value:
+            yield from _strings(item, keys=keys, order=order)
+
+
+def _nested(text: str) -> Any:
+    """A string value that is itself JSON (a serialized structure inside the arguments), decoded; else None."""
+    if not text.lstrip().startswith(("{", "[", '"')):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _views(value: Any, *, depth: int = 0) -> Iterator[str]:
+    """Every text a reader of the arguments could put together: the strings joined in document, reversed and
+    key order (values alone, and keys with values), the serialized form, each string unescaped, and the same of a
+    string that is itself serialized JSON (a few levels deep)."""
+    for order in ("document", "reversed", "sorted"):
+        yield "".join(_strings(value, keys=False, order=order))
+    yield "".join(_strings(value, keys=True, order="document"))
+    yield json.dumps(value, ensure_ascii=False)
+    yield json.dumps(value, ensure_ascii=True)
+    for text in _strings(value, keys=True, order="document"):
+        yield _unescaped(text)
+        nested = _nested(text) if depth < 3 else None
+        if nested is not None:
+            yield from _views(nested, depth=depth + 1)
+
+
+def redacted_arguments(value: Any, *, secrets: Iterable[str]) -> Any:
+    """A tool call's arguments as they may be stored and shown (an approval card, the API): each string redacted
+    (`redacted_json`); when a secret still shows in any view a reader could put together (see `_views`: a secret
+    split across values, `{"a": "sk-abc", "b": "def..."}`, or escaped inside a nested serialized value), the
+    whole is ARGUMENTS_WITHHELD: a part cannot be shown safely once its neighbours complete it."""
+    secrets = redaction_secrets(secrets)
+    masked = redacted_json(value, secrets=secrets)
+    pattern = _pattern(secrets)
+    if pattern is None:
+        return masked
+    if any(pattern.search(view) for view in _views(masked)):
+        return dict(ARGUMENTS_WITHHELD)
+    return masked
 
 
 @dataclass

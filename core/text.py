@@ -27,6 +27,21 @@ REPLACEMENT = "\ufffd"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_has_surrogate(value: Any) -> bool:
+    """Whether a decoded JSON value holds an unpaired surrogate in any string, keys included (a JSON body can carry
+    one as an escape, `"\\ud800"`; no UTF-8 text can)."""
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(json_has_surrogate(key) or json_has_surrogate(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(json_has_surrogate(item) for item in value)
+    return False
+
+
 def storable_text(text: str) -> str:
     """`text` with NUL and unpaired surrogates replaced by U+FFFD; the same object when there is none."""
     if _UNSTORABLE.search(text) is None:

@@ -26,6 +26,15 @@ from core.admin import (
     related_links,
 )
 from feishu.admission import REFUSED_OUTCOME_WORDS
+from feishu.channel.doclinks import (
+    IDENTITY_BOT,
+    READER_BOT_OWNER,
+    READER_CHAT_OWNER,
+    READER_DM_LISTED,
+    READER_LISTED,
+    READER_NOBODY,
+    READER_NOT_LISTED,
+)
 from feishu.explain import ExplainNotFound, wake_explain_data, wake_messages
 from feishu.inbound.intake import inbound_events_reprocess
 from feishu.models import DiscussWake, InboundEvent, OutboundDelivery
@@ -269,10 +278,33 @@ def explain_in_words(explain: dict) -> dict:
     return {
         "gate": gate,
         "excluded": excluded,
+        "documents": [
+            {**record, "read_as": document_identity_explained(record), "why": document_rule_explained(record)}
+            for record in explain["documents"]
+        ],
         "trimmed_table": dict_table(context["trimmed"]) if context is not None else "",
         "usage_table": dict_table(explain["turn"]["usage"]) if explain["turn"] is not None else "",
         "related": related_links(explain_neighbours(explain)),
     }
+
+
+DOCUMENT_RULES = {
+    READER_BOT_OWNER: _("asked by the bot's owner"),
+    READER_CHAT_OWNER: _("asked by the chat's owner"),
+    READER_LISTED: _("asked by a person the chat lists"),
+    READER_DM_LISTED: _("asked by a person listed for the bot's direct messages"),
+    READER_NOT_LISTED: _("the person who asked is neither an owner nor listed: the bot read nothing for them"),
+    READER_NOBODY: _("the request carries no person to read it for"),
+}
+
+
+def document_identity_explained(record: dict) -> TranslatableText:
+    """U3: as whom a linked document was read, in words."""
+    return _("the bot (its own identity)") if record.get("identity") == IDENTITY_BOT else _("nobody (not read)")
+
+
+def document_rule_explained(record: dict) -> TranslatableText:
+    return DOCUMENT_RULES.get(str(record.get("rule")), str(record.get("reason", "")))
 
 
 def explain_neighbours(explain: dict) -> list[tuple[str, TranslatableText]]:

@@ -11,6 +11,7 @@ from agents.models import Bot, Turn, VoiceTranscription
 from agents.principals import acts_for_in_words
 from feishu.admission import REFUSED_OUTCOME_WORDS
 from feishu.channel.brake import turn_chain
+from feishu.channel.doclinks import DOCUMENTS_KEY
 from feishu.inbound.catchup import MISSED_TEXT
 from feishu.models import AnswerCandidate, Arbitration, DiscussWake, InboundEvent, OutboundDelivery
 from probe.models import ProbeJudgement
@@ -248,6 +249,8 @@ def wake_explain_data(
             message_ids=(list(wake.message_ids) if wake is not None else [])
             + ([turn.source_message_id] if turn is not None else []),
         ),
+        # U3: each document the request linked: as whom it was read (the bot, or nobody) and why.
+        "documents": list((turn.channel_state or {}).get(DOCUMENTS_KEY, [])) if turn is not None else [],
         # B1, the asking side: the bots this turn's answer handed off to, and their turns.
         "handed_to": [
             {"turn_id": handed.pk, "bot": handed.bot.name, "status": handed.status, "error": handed.error}

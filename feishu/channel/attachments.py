@@ -30,10 +30,18 @@ from pathlib import PurePosixPath
 from django.conf import settings
 
 from agents.llm.base import ImageInput
-from agents.models import Bot
+from agents.models import Bot, Turn
 from agents.secrets import hub_secrets
 from agents.services.turns import TurnAttachments
-from feishu.channel.doclinks import doc_links_find, doc_links_read
+from agents.services.turns.ledger import turn_channel_state_merge
+from feishu.channel.doclinks import (
+    DOCUMENTS_KEY,
+    NO_READER,
+    Reader,
+    doc_links_find,
+    doc_links_read,
+    turn_document_reader,
+)
 from feishu.channel.voice import voice_note
 from feishu.inbound.parsing import (
     ATTACHMENT_AUDIO,
@@ -138,17 +146,41 @@ class _Collected:
         )
 
 
-def turn_attachments_fetch(
-    *, bot: Bot, parsed: ParsedMessage, vision: bool, context_window: int = 0
-) -> TurnAttachments:
-    """The attachments of the turn's message as the primary model can take them (see the module docstring).
+def turn_attachments_fetch(*, turn: Turn, parsed: ParsedMessage, vision: bool) -> TurnAttachments:
+    """The attachments of the turn's message (`parsed`) as its primary model can take them (module docstring); its
+    linked documents read as U3 allows for the turn's principal, each link's record noted on the turn (explain)."""
+    links = doc_links_find(parsed.text)  # H2: Feishu documents linked in the request
+    reader = turn_document_reader(turn=turn, parsed=parsed) if links else NO_READER
+    fetched = message_attachments_fetch(
+        bot=turn.bot,
+        parsed=parsed,
+        vision=vision,
+        context_window=turn.bot.primary_model.context_window,
+        reader=reader,
+    )
+    if fetched.documents:
+        turn_channel_state_merge(turn=turn, values={DOCUMENTS_KEY: fetched.documents})
+    return fetched.attachments
+
+
+@dataclass(frozen=True)
+class Fetched:
+    attachments: TurnAttachments
+    documents: list[dict]  # the records of the linked documents (feishu.channel.doclinks), for the turn's explain
+
+
+def message_attachments_fetch(
+    *, bot: Bot, parsed: ParsedMessage, vision: bool, context_window: int = 0, reader: Reader = NO_READER
+) -> Fetched:
+    """The attachments of a message as a primary model can take them (see the module docstring).
 
     `context_window`: the model's window in tokens (0: undeclared); inlined text takes at most a quarter of it.
-    Makes HTTP calls to Feishu: never inside a transaction.
+    `reader`: as whom its linked documents may be read (U3); by default none is read. Makes HTTP calls to Feishu:
+    never inside a transaction.
     """
-    links = doc_links_find(parsed.text)  # H2: Feishu documents linked in the request
+    links = doc_links_find(parsed.text)
     if not (parsed.attachments or links) or not bot.has_feishu_credentials:
-        return TurnAttachments()
+        return Fetched(attachments=TurnAttachments(), documents=[])
     window_chars = (context_window or 8192) // 4  # a character is at most one token (CJK), see assembly
     collected = _Collected(
         secrets=hub_secrets(extra=bot.feishu_secrets),
@@ -165,13 +197,14 @@ def turn_attachments_fetch(
             _forward(bot=bot, parsed=parsed, out=collected)
         elif attachment.kind == ATTACHMENT_AUDIO:
             collected.notes.append(voice_note(bot=bot, parsed=parsed, attachment=attachment))
-    doc_links_read(
+    documents = doc_links_read(
         bot=bot,
         links=links,
+        reader=reader,
         inline=lambda label, body: _inline_labelled(label=label, body=body, out=collected),
         note=collected.notes.append,
     )
-    return collected.attachments()
+    return Fetched(attachments=collected.attachments(), documents=documents)
 
 
 def _image(*, bot: Bot, parsed: ParsedMessage, attachment: Attachment, vision: bool, index: int, out: _Collected):

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from agents.models import Bot
+from agents.secrets import upstream_error_redacted
 from agents.services.turns import DeliveryPermanent, DeliveryRetryable
 from feishu.models import OutboundDelivery
 from feishu.outbound.api_errors import FeishuApiError
@@ -28,7 +29,7 @@ def delivery_finished(send: Callable[[], _Sent]) -> _Sent:
     try:
         return send()
     except FeishuApiError as error:
-        reason = f"{error.code} {error.message}"
+        reason = upstream_error_redacted(f"{error.code} {error.message}")  # the turn's error is stored and shown
         if error.is_retryable:
             raise DeliveryRetryable(reason) from error
         raise DeliveryPermanent(reason) from error

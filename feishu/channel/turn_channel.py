@@ -9,14 +9,15 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
   (read online when not stored, C8), threadcontext's selection and decision; whether the root went in is noted
   (the reads of the source, the quote and the root: feishu.channel.sources);
 - activation_contract: a discuss turn's contract, rebuilt from its judgement (P9; one source, never the broker);
-- attachments: the message's images and files, read now for this run and never stored (feishu.channel.attachments);
+- attachments: the message's images, files and linked documents (U3: as whom), read now for this run and never
+  stored (feishu.channel.attachments);
 - started: the receipt reaction on an addressed message (R1, feishu.outbound.replies);
 - stream_sink: for a `markdown_card` bot, the streaming card the model's text is written into while it works,
   its state stored on the turn before each Feishu call (R3), tool steps as collapsed lines;
 - deliver: the card finished with the stored reply (a refused card: one plain reply), or, when no card was
   started (`text` format, nothing streamed), the reply's chunks in the bot's format, each with a uuid fixed per
-  turn and chunk (F3); then the agent_output event once (C2), then, only if the prompt really held the root,
-  topic_root_prompt_delivered (C8); then the receipt goes;
+  turn and chunk (F3), and a line naming the documents not read for the person (U3); then the agent_output event
+  once (C2), then, only if the prompt really held the root, topic_root_prompt_delivered (C8); the receipt goes;
 - failed: the receipt replaced by the failure emoji, and one line to the chat;
 - notice: one line to the chat (failure, delivery failure, unreadable quote);
 - approval_requested / approval_decided: the approval card of a paused tool call, and a decision made elsewhere.
@@ -57,6 +58,7 @@ from feishu.channel.collected import (
     steered_texts,
 )
 from feishu.channel.discuss_context import discuss_prompt_with_transcript
+from feishu.channel.doclinks import reply_with_documents_notice
 from feishu.channel.handoff import UNSENT_REPLY_PREFIX, chat_handoff_targets, handoff_text_render, handoffs_dispatch
 from feishu.channel.sending import bot_reply_format, delivery_finished, rows_send
 from feishu.channel.sessions import (
@@ -260,9 +262,7 @@ class FeishuChannel(TurnChannel):
         parsed = source_parsed(turn=turn)
         if parsed is None:
             return TurnAttachments()
-        return turn_attachments_fetch(
-            bot=turn.bot, parsed=parsed, vision=vision, context_window=turn.bot.primary_model.context_window
-        )
+        return turn_attachments_fetch(turn=turn, parsed=parsed, vision=vision)
 
     def started(self, *, turn: Turn) -> None:
         parsed = source_parsed(turn=turn)
@@ -292,9 +292,10 @@ class FeishuChannel(TurnChannel):
         state = stream_state_get(turn=turn)
         # B1: the other hub bots the answer @-mentions get a real mention and, once it is sent, a turn.
         targets = chat_handoff_targets(turn=turn, parsed=parsed, text=reply.content)
+        text = reply_with_documents_notice(turn=turn, parsed=parsed, text=reply.content)  # U3: what was not read
         if state.card_id or state.is_fallback:
             # A card was started while the model streamed (or Feishu refused it): finish it with the whole reply.
-            message_ids = delivery_finished(lambda: stream_reply_finish(turn=turn, parsed=target, text=reply.content))
+            message_ids = delivery_finished(lambda: stream_reply_finish(turn=turn, parsed=target, text=text))
             if targets:  # an @ added by a card update notifies nobody: one line that carries the real mentions
                 self._mentions_send(turn=turn, parsed=target, targets=targets)
         else:
@@ -305,7 +306,7 @@ class FeishuChannel(TurnChannel):
                     chat_id=parsed.chat_id,
                     reply_to_message_id=target.message_id,
                     reply_in_thread=target.is_in_topic,
-                    text=handoff_text_render(text=reply.content, targets=targets, reply_format=bot_reply_format(bot)),
+                    text=handoff_text_render(text=text, targets=targets, reply_format=bot_reply_format(bot)),
                     source_message_id=turn.source_message_id,
                     reply_format=bot_reply_format(bot),
                 ),
@@ -319,7 +320,7 @@ class FeishuChannel(TurnChannel):
             chat_id=parsed.chat_id,
             root_msg_id=parsed.root_msg_id,
             message_id=first_message_id or f"{UNSENT_REPLY_PREFIX}{turn.pk}",
-            text=reply.content,
+            text=text,  # what the chat saw
             thread_id=parsed.thread_id,
             chat_type=parsed.chat_type,
             secrets=bot_secrets(bot),

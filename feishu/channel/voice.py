@@ -23,7 +23,7 @@ from django.db import IntegrityError
 from agents.llm.registry import provider_settings
 from agents.llm.transcription import TranscriptionFailed, audio_transcribe
 from agents.models import Bot, VoiceTranscription
-from agents.secrets import hub_secrets
+from agents.secrets import hub_secrets, upstream_error_redacted
 from feishu.inbound.parsing import ATTACHMENT_AUDIO, Attachment, ParsedMessage, message_parse, size_text
 from feishu.models import InboundEvent
 from feishu.outbound import reads as feishu_reads
@@ -83,7 +83,8 @@ def voice_transcription_get(*, bot: Bot, parsed: ParsedMessage) -> VoiceTranscri
 
 
 def _failed(reason: str) -> dict:
-    return {"status": VoiceTranscription.Status.FAILED, "reason": reason[:300]}
+    # The reasons are ours, built from codes; still the one redaction step for a stored upstream error text.
+    return {"status": VoiceTranscription.Status.FAILED, "reason": upstream_error_redacted(reason, max_chars=300)}
 
 
 def _transcribe(*, bot: Bot, parsed: ParsedMessage, audio: Attachment) -> dict:

@@ -25,6 +25,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents.models import Bot
+from agents.secrets import upstream_error_redacted
 from agents.services.turns import broker_redelivery_seconds
 from core.tasks_enqueue import task_enqueue
 from feishu import tasks as feishu_tasks
@@ -79,7 +80,9 @@ def catchup_execute(*, catchup_pk: int, may_retry: bool) -> int:
     try:
         result = catchup_run(bot=catchup.bot, since=catchup.since)
     except FeishuApiError as error:
-        text = f"Feishu answered: {error}"[:ERROR_MAX_CHARS]
+        text = upstream_error_redacted(
+            f"Feishu answered: {error}", extra=catchup.bot.feishu_secrets, max_chars=ERROR_MAX_CHARS
+        )
         if error.is_retryable and may_retry:
             CatchupRun.objects.filter(pk=catchup_pk).update(enqueued_at=timezone.now(), error=text)
             raise

@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Bot, Turn
+from agents.secrets import upstream_error_redacted
 from core.statements import insert_or_refresh
 from core.text import TranslatableText
 from feishu.inbound.messages import bot_text
@@ -158,7 +159,9 @@ def delivery_send(*, delivery: OutboundDelivery) -> OutboundDelivery:
             )
     except FeishuApiError as error:
         delivery.status = OutboundDelivery.Status.FAILED
-        delivery.error = f"{error.code}: {error.message}"[:2000]
+        delivery.error = upstream_error_redacted(
+            f"{error.code}: {error.message}", extra=bot.feishu_secrets, max_chars=2000
+        )
         delivery.save(update_fields=["status", "error"])
         raise
     delivery.status = OutboundDelivery.Status.SENT

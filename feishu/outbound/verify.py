@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from agents.models import Bot
+from agents.secrets import upstream_error_redacted
 from feishu.models import FeishuCredentialCheck
 from feishu.outbound import client as feishu_client
 from feishu.outbound import reads as feishu_reads
@@ -48,7 +49,8 @@ def feishu_credentials_verify(*, bot: Bot) -> FeishuCredentialCheck:
         defaults={
             "ok": ok,
             "checked_at": timezone.now(),
-            "detail": detail[:DETAIL_MAX_CHARS],
+            # Feishu's refusal may quote what it refused (the app secret): redacted before it is stored and shown.
+            "detail": upstream_error_redacted(detail, extra=bot.feishu_secrets, max_chars=DETAIL_MAX_CHARS),
             "app_name": app_name[:200],
             "open_id": open_id[:64],
         },

@@ -260,3 +260,43 @@ def test_h1_two_presses_at_once_give_one_decision_on_postgresql(feishu, ops_bot,
     assert first.won and not second.won
     assert second.decision.outcome == "allow_once" and second.decision.decided_by == ALICE
     assert ToolApprovalDecision.objects.count() == 1
+
+
+def _escaped(text: str) -> str:
+    return "".join(f"\\u{ord(character):04x}" for character in text)
+
+
+@pytest.mark.parametrize(
+    "arguments_for",
+    [
+        lambda secret: {"seconds": 0, "a": secret[:9], "b": secret[9:]},
+        lambda secret: {"seconds": 0, "parts": {"second": secret[9:], "first": secret[:9]}},
+        lambda secret: {
+            "seconds": 0,
+            "payload": json.dumps({"config": {"key": "KEY"}}).replace("KEY", _escaped(secret)),
+        },
+    ],
+    ids=["split-across-values", "split-in-a-nested-structure-reversed", "escaped-inside-a-serialized-value"],
+)
+def test_u5_a_secret_split_across_argument_values_never_reaches_the_approval_card(
+    feishu, ops_bot, llm_stub, counter_file, arguments_for
+):
+    # given the model calls the gated tool with the bot's app secret spread over its arguments
+    secret = ops_bot.feishu_app_secret
+    llm_stub.enqueue(
+        "openai_chat", StubResponse(body=openai_chat_body(tool_calls=[("ops__counter", arguments_for(secret))]))
+    )
+
+    # when Alice's request reaches the approval
+    response, _ = feishu.say(ops_bot, text="count", chat_id=CHAT, mention=[ops_bot], sender=ALICE, message_id="om_x")
+
+    # then the card, the stored approval and the API show the arguments withheld, no piece of the secret
+    assert response.status_code == 200
+    _card_message_id, card = approval_card_sent(feishu.stub)
+    text = card["body"]["elements"][0]["content"]
+    approval = ToolApproval.objects.get()
+    assert approval.arguments == {"[redacted]": "the arguments carry a secret across their values; not shown"}
+    assert "the arguments carry a secret across their values; not shown" in text
+    for piece in (secret[:9], secret[9:], _escaped(secret)[:30]):
+        assert piece not in text and piece not in json.dumps(approval.arguments)
+    assert runs(counter_file) == 0

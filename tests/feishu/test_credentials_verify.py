@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 from django.contrib import admin
 from django.test import RequestFactory
+from django.urls import reverse
 
 from agents.models import Bot
 from feishu.models import FeishuCredentialCheck
@@ -71,3 +72,29 @@ def test_beat_verifies_every_bot_with_an_app(feishu_stub, make_feishu_bot):
 
     assert feishu_credentials_verify_all_task() == 2
     assert sorted(FeishuCredentialCheck.objects.values_list("bot__slug", "ok")) == [("one", True), ("two", True)]
+
+
+def test_u3_verify_stores_and_shows_a_refusal_that_quotes_the_app_secret_redacted(
+    feishu_stub, make_feishu_bot, admin_client
+):
+    # given Feishu refuses the token and quotes the app secret it was sent, then the bot info likewise
+    bot = make_feishu_bot(slug="planner")
+    feishu_stub.fail_next("token", status=200, code=10014, msg=f"app secret invalid: {bot.feishu_app_secret}")
+
+    # when the operator presses the setup page's verify button
+    response = admin_client.post(reverse("admin:agents_bot_verify", args=[bot.pk]), follow=True)
+
+    # then the stored detail, the message and the setup page say why without the secret
+    page = response.content.decode()
+    detail = FeishuCredentialCheck.objects.get(bot=bot).detail
+    assert detail == (
+        "tenant token: ObtainAccessTokenException: obtain self tenant access token failed, code: 10014, "
+        "msg: app secret invalid: [redacted]"
+    )
+    assert response.status_code == 200
+    assert bot.feishu_app_secret not in page and "app secret invalid: [redacted]" in page
+
+    # and a refusal of the bot info quoting the secret is stored redacted too
+    feishu_stub.fail_next("bot_info", status=400, code=10014, msg=f"bad secret {bot.feishu_app_secret}")
+    check = feishu_credentials_verify(bot=bot)
+    assert check.detail == "bot/v3/info: bad secret [redacted] (code 10014)"

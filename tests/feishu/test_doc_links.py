@@ -18,6 +18,7 @@ from threadcontext.models import ThreadContextItem, ThreadEvent, Workspace
 pytestmark = pytest.mark.django_db
 
 CHAT = "oc_docs"
+OWNER = "ou_alice"
 PLAN = "Quarterly plan: ship the approvals feature by Friday."
 WIKI_TEXT = "Runbook: restart the worker, then check the sweeper."
 DOC, WIKI, WIKI_DOC, SHEET, SECRET_DOC, GONE = (
@@ -32,7 +33,14 @@ DOC, WIKI, WIKI_DOC, SHEET, SECRET_DOC, GONE = (
 
 @pytest.fixture
 def docs_bot(make_feishu_bot, llm_stub, feishu_stub):
-    bot = make_feishu_bot(slug="reader", name="Reader", primary_model=tool_model(llm_stub), reply_format="text")
+    # Alice owns the bot: U3 lets it read what she shares as itself (tests/feishu/test_doc_readers.py: the others).
+    bot = make_feishu_bot(
+        slug="reader",
+        name="Reader",
+        primary_model=tool_model(llm_stub),
+        reply_format="text",
+        feishu_owner_open_id=OWNER,
+    )
     Workspace.objects.create(bot_profile=bot.slug, chat_id=CHAT, shared_thread_enabled=True)
     feishu_stub.documents[DOC] = PLAN + f" The app secret is {bot.feishu_app_secret}."
     feishu_stub.documents[WIKI_DOC] = WIKI_TEXT
@@ -41,9 +49,11 @@ def docs_bot(make_feishu_bot, llm_stub, feishu_stub):
     return bot
 
 
-def ask(feishu, bot, llm_stub, text: str) -> tuple[Turn, str]:
+def ask(feishu, bot, llm_stub, text: str, *, sender: str = OWNER, chat_type: str = "group") -> tuple[Turn, str]:
     llm_stub.enqueue("openai_chat", StubResponse(body=openai_chat_body(text="Read them.")))
-    response, _ = feishu.say(bot, text=text, chat_id=CHAT, mention=[bot], sender="ou_alice", message_id="om_links")
+    response, _ = feishu.say(
+        bot, text=text, chat_id=CHAT, mention=[bot], sender=sender, message_id="om_links", chat_type=chat_type
+    )
     assert response.status_code == 200
     (request,) = llm_stub.requests_for("openai_chat")
     user = request.json["messages"][-1]["content"]

@@ -31,7 +31,7 @@ from agents.secrets import hub_secrets
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns.channels import channel_for
 from agents.tools.loop import ApprovalPending, Gate, LoopTool
-from core.redaction import redacted_json
+from core.redaction import redacted, redacted_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ Outcome = ToolApprovalDecision.Outcome
 
 
 def arguments_shown(arguments: Any, *, secrets: tuple[str, ...] = ()) -> str:
-    """The call's arguments as a person reads them (pure): every secret redacted, long values and the whole cut."""
+    """The call's arguments as a person reads them (pure): every secret redacted, in each value, across values
+    (withheld whole: core.redaction.redacted_arguments) and in the rendered text; long values and the whole cut."""
 
     def cut(value: Any) -> Any:
         if isinstance(value, str) and len(value) > SHOWN_VALUE_CHARS:
@@ -57,7 +58,9 @@ def arguments_shown(arguments: Any, *, secrets: tuple[str, ...] = ()) -> str:
             return [cut(item) for item in value]
         return value
 
-    text = json.dumps(cut(redacted_json(arguments, secrets=secrets)), ensure_ascii=False, indent=1)
+    text = redacted(
+        json.dumps(cut(redacted_arguments(arguments, secrets=secrets)), ensure_ascii=False, indent=1), secrets=secrets
+    )
     return text if len(text) <= SHOWN_ARGUMENTS_CHARS else text[: SHOWN_ARGUMENTS_CHARS - 1] + "…"
 
 
@@ -120,7 +123,7 @@ def _approval_create(*, turn: Turn, call: ToolCall, tool: LoopTool, step: int, i
             "call_id": call.id[:200],
             "server": tool.server,
             "tool": tool.tool[:200],
-            "arguments": redacted_json(arguments, secrets=hub_secrets()),
+            "arguments": redacted_arguments(arguments, secrets=hub_secrets()),
             # The calls run with what the model asked (the model never sees a hub secret: prompts are redacted).
             "step_calls": [_call_json(c) for c in step_calls],
             "requested_by": requester[:200],
