@@ -242,6 +242,12 @@ class TurnApprovalDecideApi(APIView):
             via=ToolApprovalDecision.Via.REST,
             decided_by=request.user.get_username(),
         )
+        if decided.expired:  # U5: too late; the deadline's denial now stands (and the turn resumes with it)
+            raise ConflictError(
+                f"This approval expired at {approval.expires_at:%Y-%m-%d %H:%M:%S} UTC: no decision in time counts "
+                "as a denial, and the call was not run.",
+                extra={"turn_id": turn.pk, "approval_id": approval.pk, "outcome": decided.decision.outcome},
+            )
         if not decided.won:
             raise ConflictError(
                 "Someone decided this call first.", extra={"turn_id": turn.pk, "outcome": decided.decision.outcome}

@@ -1,4 +1,4 @@
-"""U6 over REST: turns, approvals and usage are the bot owner's,
+"""U5 and U6 over REST: a decision after the deadline is refused, and turns, approvals and usage are the bot owner's,
 or staff's who hold the matching model permissions; staff without them see nothing of other owners.
 
 End to end as test_tool_approvals.py: the real OpenAI SDK against the LLM stub, the real MCP SDK against the stub
@@ -7,9 +7,14 @@ server (the `counter` tool counts its runs in a file, so "never ran" is a fact o
 
 # ruff: noqa: F811 - fixtures are imported, then asked for by name
 
-import pytest
+from datetime import timedelta
 
-from agents.models import ToolApprovalDecision, Turn
+import pytest
+from django.utils import timezone
+
+from agents.models import ToolApproval, ToolApprovalDecision, Turn, TurnToolCall
+from agents.services.turns import turns_sweep
+from agents.services.turns.approvals import TIMED_OUT_TEXT
 from tests.agents.factories import BotFactory, UserFactory, staff_user
 from tests.agents.test_tool_approvals import (  # noqa: F401 - _fresh, counter_file and mcp_url are fixtures
     _fresh,
@@ -38,6 +43,30 @@ def waiting(llm_stub, mcp_url, counter_file):
     turn = rest_say(client, thread, "count")
     assert turn["status"] == "awaiting_approval"
     return {"owner": client, "bot": bot, "turn_id": turn["id"]}
+
+
+def test_u5_a_rest_decision_after_the_deadline_is_a_409_and_the_timeout_is_recorded_once(waiting, counter_file):
+    # given: the 10 s deadline passed 3 s ago
+    turn_id = waiting["turn_id"]
+    ToolApproval.objects.filter(turn_id=turn_id).update(expires_at=timezone.now() - timedelta(seconds=3))
+
+    # when: the owner allows it
+    response = decide(waiting["owner"], turn_id, "allow_once")
+
+    # then: refused with a sentence; the deadline's denial is recorded as the sweeper records it; the tool never ran
+    assert response.status_code == 409
+    assert "expired" in response.json()["message"]
+    decision = ToolApprovalDecision.objects.get()
+    assert (decision.outcome, decision.via, decision.decided_by) == ("timeout", "sweeper", "")
+    turn = Turn.objects.get(pk=turn_id)
+    assert (turn.status, turn.reply_message.content) == ("delivered", "done")
+    assert TurnToolCall.objects.get(turn=turn).result == TIMED_OUT_TEXT.format(name="ops__counter", seconds=10)
+    assert runs(counter_file) == 0
+
+    # and: another try and the sweeper change nothing
+    assert decide(waiting["owner"], turn_id, "allow_once").status_code == 409
+    turns_sweep()
+    assert ToolApprovalDecision.objects.count() == 1 and runs(counter_file) == 0
 
 
 def test_u6_staff_without_permissions_get_a_404_for_another_owners_turn_and_cannot_decide_it(waiting, counter_file):
