@@ -17,6 +17,7 @@ from agents.models import Bot, Message, Thread, Turn
 from agents.services.turns.assembly import context_messages_upper_bound, primary_input_build
 from agents.visibility import CONTEXT_ASSEMBLY, UI_HISTORY
 from core.exceptions import ApplicationError, NotFoundError
+from core.permissions import staff_may
 
 HISTORY_PAGE_SIZE_DEFAULT = 50
 HISTORY_PAGE_SIZE_MAX = 200
@@ -41,23 +42,43 @@ class HistoryPage:
     next_cursor: str | None  # None on the last page
 
 
-def _visible_to(rows: QuerySet, *, user: User | AnonymousUser, owner_lookup: str) -> QuerySet:
-    """The one visibility rule (ARCHITECTURE §7): staff see all, a user the rows of bots they own, anonymous none."""
+# U6: what seeing (or acting on) another owner's rows takes, per REST action: Django model permissions, held by a
+# staff user (a superuser holds them all). The owner of a bot needs none of them for its own rows.
+VIEW_BOT = ("agents.view_bot",)
+VIEW_THREAD = ("agents.view_thread",)
+START_THREAD = ("agents.view_bot", "agents.add_thread")
+POST_MESSAGE = ("agents.view_thread", "agents.add_message")
+VIEW_TURN = ("agents.view_turn",)
+# Deciding a tool call lets the tool run (or not) in someone else's turn: a change of the approval, on a turn the
+# decider may read (the answer is the turn).
+DECIDE_APPROVAL = ("agents.view_turn", "agents.change_toolapproval")
+# Usage is each bot's turns priced: the bots and their turns.
+VIEW_USAGE = ("agents.view_bot", "agents.view_turn")
+
+
+def _visible_to(
+    rows: QuerySet, *, user: User | AnonymousUser, owner_lookup: str, permissions: tuple[str, ...]
+) -> QuerySet:
+    """The one visibility rule (ARCHITECTURE §7, §12.0 U6): a user sees the rows of the bots they own; every owner's
+    rows only a superuser or staff holding `permissions` (core.permissions); anonymous none."""
     if not user.is_authenticated:
         return rows.none()
-    if user.is_staff:
+    if staff_may(user, permissions):
         return rows
     return rows.filter(**{owner_lookup: user})
 
 
-def bot_list(*, user: User | AnonymousUser) -> QuerySet[Bot]:
-    """The hub bots the user may read (their own; staff: any), the playground's stand-ins left out, by slug."""
-    return _visible_to(Bot.objects.filter(is_sandbox=False), user=user, owner_lookup="owner").order_by("slug")
+def bot_list(*, user: User | AnonymousUser, permissions: tuple[str, ...] = VIEW_BOT) -> QuerySet[Bot]:
+    """The hub bots the user may read (their own; staff with `permissions`: any), the playground's stand-ins left
+    out, by slug."""
+    bots = Bot.objects.filter(is_sandbox=False)
+    return _visible_to(bots, user=user, owner_lookup="owner", permissions=permissions).order_by("slug")
 
 
 def bot_get_for_user(*, user: User | AnonymousUser, slug: str) -> Bot:
-    """A bot the user may start threads on (their own; staff: any). Unknown and foreign bots look the same."""
-    bots = _visible_to(Bot.objects.select_related("owner"), user=user, owner_lookup="owner")
+    """A bot the user may start threads on (their own; staff who may add threads: any). Unknown and foreign bots
+    look the same."""
+    bots = _visible_to(Bot.objects.select_related("owner"), user=user, owner_lookup="owner", permissions=START_THREAD)
     try:
         return bots.get(slug=slug)
     except Bot.DoesNotExist:
@@ -65,37 +86,44 @@ def bot_get_for_user(*, user: User | AnonymousUser, slug: str) -> Bot:
 
 
 def user_owns_bot_profile(user: User | AnonymousUser, bot_profile: str, /) -> bool:
-    """Whether the user may read data of the bot with this slug (owner; staff: any).
+    """Whether the user owns the bot with this slug (the owner's part of the context decisions' rule; threadcontext
+    asks core.permissions for the staff part itself).
 
     Positional, because it is the plug for AMUX_CONTEXT_DECISION_ACCESS_CHECK (threadcontext calls
     `check(user, bot_profile)` by dotted path: it cannot import agents).
     """
     if not user.is_authenticated:
         return False
-    if user.is_staff:
-        return True
     return Bot.objects.filter(slug=bot_profile, owner=user).exists()
 
 
-def thread_list(*, user: User | AnonymousUser) -> QuerySet[Thread]:
-    """Threads the user may see: staff see all, everyone else the threads of bots they own."""
+def thread_list(*, user: User | AnonymousUser, permissions: tuple[str, ...] = VIEW_THREAD) -> QuerySet[Thread]:
+    """Threads the user may see: those of bots they own; staff holding `permissions`: all."""
     threads = Thread.objects.select_related("bot", "bot__owner")
-    return _visible_to(threads, user=user, owner_lookup="bot__owner").order_by("-id")
+    return _visible_to(threads, user=user, owner_lookup="bot__owner", permissions=permissions).order_by("-id")
 
 
-def turn_get(*, user: User | AnonymousUser, turn_id: int) -> Turn:
-    """A turn of a bot the user owns (staff: any); NotFoundError otherwise, so ids do not leak."""
-    turns = _visible_to(Turn.objects.select_related("bot", "reply_message"), user=user, owner_lookup="bot__owner")
+def turn_get(*, user: User | AnonymousUser, turn_id: int, permissions: tuple[str, ...] = VIEW_TURN) -> Turn:
+    """A turn of a bot the user owns (staff holding `permissions`: any); NotFoundError otherwise, so ids do not
+    leak."""
+    turns = Turn.objects.select_related("bot", "reply_message")
     try:
-        return turns.get(pk=turn_id)
+        return _visible_to(turns, user=user, owner_lookup="bot__owner", permissions=permissions).get(pk=turn_id)
     except Turn.DoesNotExist:
         raise NotFoundError("Turn not found.", extra={"turn_id": turn_id}) from None
 
 
-def thread_get(*, user: User | AnonymousUser, thread_id: int) -> Thread:
+def turn_decision_allowed(*, user: User | AnonymousUser, turn: Turn) -> bool:
+    """Whether the user may decide the turn's tool calls (H1/U6): the bot's owner, or staff holding DECIDE_APPROVAL.
+    Asked after turn_get found the turn visible, so a refusal here may say why (a 403, not a 404)."""
+    turns = Turn.objects.filter(pk=turn.pk)
+    return _visible_to(turns, user=user, owner_lookup="bot__owner", permissions=DECIDE_APPROVAL).exists()
+
+
+def thread_get(*, user: User | AnonymousUser, thread_id: int, permissions: tuple[str, ...] = VIEW_THREAD) -> Thread:
     """The thread, or NotFoundError when it does not exist or the user may not see it (no id leaks)."""
     try:
-        return thread_list(user=user).get(pk=thread_id)
+        return thread_list(user=user, permissions=permissions).get(pk=thread_id)
     except Thread.DoesNotExist:
         raise NotFoundError("Thread not found.", extra={"thread_id": thread_id}) from None
 

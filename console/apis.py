@@ -1,4 +1,7 @@
-"""GET /api/v1/usage/: what each of the caller's bots cost (A7), in tokens priced by the models' prices."""
+"""GET /api/v1/usage/: what each of the caller's bots cost (A7), in tokens priced by the models' prices.
+
+The caller's bots are the bots they own; every owner's only for a superuser or staff who may view bots and turns
+(U6: usage is each bot's turns, priced)."""
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -7,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.selectors import bot_list
+from agents.selectors import VIEW_USAGE, bot_list
 from console.dashboard.costs import KINDS, WINDOWS, BotCost, bot_costs
 
 MONEY = inline_serializer(
@@ -46,7 +49,7 @@ class UsageApi(APIView):
         responses={200: inline_serializer("Usage", fields={"bots": BOT_USAGE})},
     )
     def get(self, request: Request) -> Response:
-        bots = list(bot_list(user=request.user))
+        bots = list(bot_list(user=request.user, permissions=VIEW_USAGE))
         costs = bot_costs(now=timezone.now(), bots=bots)
         rows = []
         for bot in bots:

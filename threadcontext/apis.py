@@ -1,8 +1,9 @@
 """REST API for context decisions (ARCHITECTURE §7, C12): the explain data, for staff and the bot's owner.
 
-Who may read: staff always. Anyone else only for a bot profile that `AMUX_CONTEXT_DECISION_ACCESS_CHECK` (a dotted
-path to `check(user, bot_profile) -> bool`) says they own; with no check configured only staff may read. This app
-cannot import `agents`, so the ownership rule is plugged in by the project (e.g. a function in agents.selectors).
+Who may read: a superuser, or staff holding the permission to view context decisions (U6, core.permissions). Anyone
+else only for a bot profile that `AMUX_CONTEXT_DECISION_ACCESS_CHECK` (a dotted path to `check(user, bot_profile) ->
+bool`) says they own; with no check configured only those staff may read. This app cannot import `agents`, so the
+ownership rule is plugged in by the project (e.g. a function in agents.selectors).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.exceptions import NotFoundError
+from core.permissions import staff_may
 from threadcontext.explain import decision_explain_data
 from threadcontext.selectors import decision_get, decision_list
 
@@ -28,8 +30,13 @@ CONTEXT_DECISION_ERROR = inline_serializer(
 )
 
 
+# U6: every bot's decisions are for a superuser or staff holding this permission (core.permissions), not for
+# staff as such; an owner reads their own bots' through the configured check.
+VIEW_DECISIONS = ("threadcontext.view_threadcontextdecision",)
+
+
 def decision_access_allowed(*, user, bot_profile: str) -> bool:
-    if user.is_staff:
+    if staff_may(user, VIEW_DECISIONS):
         return True
     check_path = settings.AMUX_CONTEXT_DECISION_ACCESS_CHECK
     if not check_path or not bot_profile:
@@ -106,7 +113,10 @@ class ContextDecisionListApi(APIView):
         filters.is_valid(raise_exception=True)
         profile = filters.validated_data["profile"]
         if not decision_access_allowed(user=request.user, bot_profile=profile):
-            raise PermissionDenied("Only staff, or the owner of the bot given as ?profile=, may read its decisions.")
+            raise PermissionDenied(
+                "Only the owner of the bot given as ?profile=, or staff allowed to view context decisions, may read "
+                "its decisions."
+            )
         decisions = decision_list(
             root_msg_id=filters.validated_data["root_msg_id"],
             bot_profile=profile,

@@ -89,7 +89,9 @@ class ThreadPagination(LimitOffsetPagination):
 # Serializers are module level with unique names: drf-spectacular names components after the class, and two
 # nested "OutputSerializer"s in one schema collide (a warning, which the schema test fails on).
 class ThreadCreateInputSerializer(serializers.Serializer):
-    bot = serializers.SlugField(max_length=64, help_text="The bot's slug; one you own (staff: any).")
+    bot = serializers.SlugField(
+        max_length=64, help_text="The bot's slug; one you own (staff allowed to add threads: any)."
+    )
     runtime_mode = serializers.ChoiceField(choices=Thread.RuntimeMode.choices)
     title = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
@@ -131,7 +133,7 @@ class ThreadListCreateApi(mixins.ListModelMixin, GenericAPIView):
 
     @extend_schema(
         operation_id="threads_list",
-        summary="Threads you can see (staff: all), newest first.",
+        summary="Threads you can see (yours; staff allowed to view threads: all), newest first.",
         responses={200: ThreadOutputSerializer(many=True), 400: ERROR_RESPONSE},
     )
     def get(self, request: Request) -> Response:

@@ -9,10 +9,10 @@ from rest_framework.views import APIView
 
 from agents.apis.threads import ERROR_RESPONSE, MessageOutputSerializer
 from agents.models import Bot, Thread, ToolApprovalDecision, Turn
-from agents.selectors import thread_get, turn_get
+from agents.selectors import POST_MESSAGE, thread_get, turn_decision_allowed, turn_get
 from agents.services.turns import REST_MESSAGE_MAX_CHARS, rest_message_post
 from agents.services.turns.approvals import approval_decide, approval_pending_for, approval_summary
-from core.exceptions import ConflictError
+from core.exceptions import ConflictError, ForbiddenError
 
 # The schema says what trim_whitespace + allow_blank=False enforce: at least one character that is not blank.
 NOT_BLANK = RegexValidator(r"\S", message="content cannot be blank.")
@@ -167,7 +167,7 @@ class ThreadMessagePostApi(APIView):
         responses={202: MessagePostOutputSerializer, 400: ERROR_RESPONSE, 404: ERROR_RESPONSE, 409: ERROR_RESPONSE},
     )
     def post(self, request: Request, thread_id: int) -> Response:
-        thread = thread_get(user=request.user, thread_id=thread_id)
+        thread = thread_get(user=request.user, thread_id=thread_id, permissions=POST_MESSAGE)
         serializer = MessagePostInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         refusal = thread_post_refusal(thread=thread)
@@ -206,16 +206,29 @@ class ApprovalDecideInputSerializer(serializers.Serializer):
 
 
 class TurnApprovalDecideApi(APIView):
-    """Decide the tool call a turn waits on (H1): the bot's owner or staff (turn_get hides other turns)."""
+    """Decide the tool call a turn waits on (H1, U6): the bot's owner, or staff who may view turns and change tool
+    approvals (turn_get hides the turns a user may not read: 404; one they may read but not decide: 403)."""
 
     @extend_schema(
         operation_id="turns_approvals_create",
         summary="Allow once, allow in this conversation, or deny the tool call the turn waits on.",
         request=ApprovalDecideInputSerializer,
-        responses={200: TurnOutputSerializer, 400: ERROR_RESPONSE, 404: ERROR_RESPONSE, 409: ERROR_RESPONSE},
+        responses={
+            200: TurnOutputSerializer,
+            400: ERROR_RESPONSE,
+            403: ERROR_RESPONSE,
+            404: ERROR_RESPONSE,
+            409: ERROR_RESPONSE,
+        },
     )
     def post(self, request: Request, turn_id: int) -> Response:
         turn = turn_get(user=request.user, turn_id=turn_id)
+        if not turn_decision_allowed(user=request.user, turn=turn):
+            raise ForbiddenError(
+                "You may read this turn, but deciding its tool calls takes the bot's owner or the permission to "
+                "change tool approvals.",
+                extra={"turn_id": turn.pk},
+            )
         serializer = ApprovalDecideInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         wanted = serializer.validated_data.get("approval_id")
@@ -229,6 +242,12 @@ class TurnApprovalDecideApi(APIView):
             via=ToolApprovalDecision.Via.REST,
             decided_by=request.user.get_username(),
         )
+        if decided.expired:  # U5: too late; the deadline's denial now stands (and the turn resumes with it)
+            raise ConflictError(
+                f"This approval expired at {approval.expires_at:%Y-%m-%d %H:%M:%S} UTC: no decision in time counts "
+                "as a denial, and the call was not run.",
+                extra={"turn_id": turn.pk, "approval_id": approval.pk, "outcome": decided.decision.outcome},
+            )
         if not decided.won:
             raise ConflictError(
                 "Someone decided this call first.", extra={"turn_id": turn.pk, "outcome": decided.decision.outcome}

@@ -118,6 +118,11 @@ class ToolApproval(models.Model):
     arguments = models.JSONField(default=dict, blank=True)
     step_calls = models.JSONField(default=list, blank=True, help_text="The step's calls as the model asked.")
     requested_by = models.CharField(max_length=200, blank=True, help_text="Who started the turn.")
+    # U5: where the call was asked, as the turn's channel says (agents.services.turns.channels.ApprovalPlace): the
+    # chat whose owner may decide (a Feishu chat; empty for REST), and the part of the thread an "allow in this
+    # conversation" grant covers (a Feishu topic or the main timeline: a group-scope session spans them all).
+    chat_id = models.CharField(max_length=64, blank=True, help_text="The Feishu chat the call was asked in.")
+    topic = models.CharField(max_length=100, blank=True, help_text="The topic of that chat it was asked in.")
     expires_at = models.DateTimeField()
     card_message_id = models.CharField(max_length=64, blank=True, help_text="The approval card in Feishu.")
     created_at = models.DateTimeField(auto_now_add=True)

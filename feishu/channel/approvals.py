@@ -5,9 +5,12 @@
   approval, so a re-run never posts a second one;
 - `card_action_answer`: a `card.action.trigger` callback, verified by lark-oapi (webhook: signature, token and
   our replay window; long connection: the authenticated socket). A press on a card that is not this bot's
-  approval card (another app, another message, an unknown approval) is refused; only the requester or the
-  chat's owner decides (others get a toast saying who can); the first decision wins and every later press
-  (a replay of the same event included) gets the card as decided and changes nothing;
+  approval card (another app, another message, an unknown approval) is refused. Who may decide is read from the
+  approval, never from the press (U5): the person the turn acts for, the owner of the chat the card was posted in,
+  or the bot's owner; others get a toast saying who can. Allowing also asks U2's admission for that person at the
+  press door (they may have lost the right to use the bot here since). A press after the deadline is refused as
+  expired and records the deadline's denial. The first decision wins and every later press (a replay of the same
+  event included) gets the card as decided and changes nothing;
 - `approval_card_patch`: a decision made elsewhere (REST, the sweeper's timeout) shown on the card.
 """
 
@@ -19,11 +22,15 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from agents.models import Bot, ToolApproval, ToolApprovalDecision, Turn
+from agents.principals import DOOR_PRESS, Principal, principal_from_turn
 from agents.secrets import hub_secrets
 from agents.services.turns.approvals import approval_decide, arguments_shown, decision_of
+from agents.services.turns.channels import ApprovalPlace
+from feishu.admission import admission_decide, bot_owner_is, workspace_owner_is
 from feishu.channel.sources import source_parsed
 from feishu.outbound import sends as feishu_sends  # the module: lazy (lark-oapi loads on first use)
 from feishu.outbound.budget import SendBudget
+from threadcontext.models import Workspace
 from threadcontext.selectors import workspace_cached_get
 
 logger = logging.getLogger(__name__)
@@ -104,13 +111,27 @@ def approval_card_patch(*, turn: Turn, approval: ToolApproval, decision: ToolApp
         feishu_sends.message_card_patch(bot=turn.bot, message_id=approval.card_message_id, card=card)
 
 
-def approval_deciders(*, bot: Bot, approval: ToolApproval, chat_id: str) -> set[str]:
-    """Who may decide in Feishu: the person whose message started the turn and the chat's owner (the workspace's
-    owner_open_id, the person owner_only admission trusts)."""
-    deciders = {approval.requested_by} if approval.requested_by else set()
-    workspace = workspace_cached_get(bot_profile=bot.slug, chat_id=chat_id) if chat_id else None
-    owner = workspace.owner_open_id if workspace is not None else ""  # a DM or a chat without a workspace: none
-    return deciders | ({owner} if owner else set())
+def approval_place_of(*, turn: Turn) -> ApprovalPlace:
+    """Where the turn's request was made (U5): its chat (the card goes there, as a reply to it) and, in a group, its
+    topic or the main timeline (in a DM the whole session is one conversation). Nowhere known: the empty place."""
+    parsed = source_parsed(turn=turn)
+    if parsed is None:
+        return ApprovalPlace()
+    return ApprovalPlace(chat_id=parsed.chat_id, topic="" if parsed.is_direct else parsed.root_msg_id)
+
+
+def approval_decider_is(*, bot: Bot, workspace: Workspace | None, principal: Principal, operator: Principal) -> bool:
+    """Pure (U5): may `operator` decide a call asked for `principal` in the chat of `workspace` (None: a DM)? The
+    person the turn acts for, the chat's owner (the workspace's owner_open_id, whom owner_only trusts) or the bot's
+    owner (`Bot.feishu_owner_open_id`, who may decide over REST as well). Nobody else, and never an empty id."""
+    if not operator.is_known:
+        return False
+    is_principal = principal.is_known and operator.is_one_of([principal.open_id, principal.union_id])
+    return (
+        is_principal
+        or workspace_owner_is(workspace=workspace, principal=operator)
+        or bot_owner_is(bot=bot, principal=operator)
+    )
 
 
 def _toast(kind: str, text: str) -> dict[str, Any]:
@@ -134,31 +155,61 @@ def card_action_answer(*, bot: Bot, event: dict[str, Any]) -> dict[str, Any]:
             ToolApproval.objects.select_related("turn__bot", "decision").filter(pk=approval_id, turn__bot=bot).first()
         )
         message_id = _field(event, "event", "context", "open_message_id") or ""
-        if approval is None or (approval.card_message_id and message_id != approval.card_message_id):
+        # The press must be on the approval's own card: an approval without a card (REST, no source) has none.
+        if approval is None or not approval.card_message_id or message_id != approval.card_message_id:
             logger.warning("foreign approval press refused", extra={"bot": bot.slug, "approval_id": approval_id})
             return _toast("error", _("This button does not belong to this bot."))
         outcome = value.get("decision")
         if outcome not in {str(choice) for choice, _label, _style in BUTTONS}:
             return _toast("error", _("This button does not belong to this bot."))
         decision = decision_of(approval)
-        if decision is None:
-            operator = _field(event, "event", "operator", "open_id") or ""
-            chat_id = _field(event, "event", "context", "open_chat_id") or ""
-            if operator not in approval_deciders(bot=bot, approval=approval, chat_id=chat_id):
-                return _toast("warning", _("Only the person who asked, or the bot's owner in this chat, can decide."))
-            decided = approval_decide(
-                approval=approval,
-                outcome=outcome,
-                via=ToolApprovalDecision.Via.CARD,
-                decided_by=operator,
-                event_id=_field(event, "header", "event_id") or "",
-            )
-            decision = decided.decision
-            kind = "success" if decided.won else "info"
-        else:
-            kind = "info"
-        text = str(OUTCOME_TEXT[decision.outcome])
-        if kind == "info":
-            text = _("Already decided: %(outcome)s") % {"outcome": text}
-        card = approval_card(bot=bot, approval=approval, decision=decision)
-    return {**_toast(kind, text), "card": {"type": "raw", "data": card}}
+        if decision is not None:
+            return _decided_answer(bot=bot, approval=approval, decision=decision)
+        refusal = _press_refusal(bot=bot, approval=approval, event=event, outcome=outcome)
+        if refusal is not None:
+            return _toast("warning", refusal)
+        decided = approval_decide(
+            approval=approval,
+            outcome=outcome,
+            via=ToolApprovalDecision.Via.CARD,
+            decided_by=_field(event, "event", "operator", "open_id") or "",
+            event_id=_field(event, "header", "event_id") or "",
+        )
+        if decided.expired:
+            text = _("This approval expired at %(time)s UTC: no decision in time counts as a denial.") % {
+                "time": f"{approval.expires_at:%H:%M:%S}"
+            }
+            card = approval_card(bot=bot, approval=approval, decision=decided.decision)
+            return {**_toast("warning", text), "card": {"type": "raw", "data": card}}
+        if not decided.won:
+            return _decided_answer(bot=bot, approval=approval, decision=decided.decision)
+        card = approval_card(bot=bot, approval=approval, decision=decided.decision)
+    return {**_toast("success", str(OUTCOME_TEXT[decided.decision.outcome])), "card": {"type": "raw", "data": card}}
+
+
+def _decided_answer(*, bot: Bot, approval: ToolApproval, decision: ToolApprovalDecision) -> dict[str, Any]:
+    """A press on a decided approval (a later press, a replay): the card as decided, nothing changed."""
+    text = _("Already decided: %(outcome)s") % {"outcome": str(OUTCOME_TEXT[decision.outcome])}
+    card = approval_card(bot=bot, approval=approval, decision=decision)
+    return {**_toast("info", text), "card": {"type": "raw", "data": card}}
+
+
+def _press_refusal(*, bot: Bot, approval: ToolApproval, event: dict[str, Any], outcome: str) -> str | None:
+    """Why this press may not decide (U5), in the bot's language, or None. Everything is read from the approval (its
+    turn's principal, the chat its card is in), nothing from the press but who pressed."""
+    operator = Principal(
+        open_id=str(_field(event, "event", "operator", "open_id") or ""),
+        union_id=str(_field(event, "event", "operator", "union_id") or ""),
+    )
+    principal = principal_from_turn(approval.turn)
+    workspace = workspace_cached_get(bot_profile=bot.slug, chat_id=approval.chat_id) if approval.chat_id else None
+    if not approval_decider_is(bot=bot, workspace=workspace, principal=principal, operator=operator):
+        return _("Only the person who asked, or the bot's owner in this chat, can decide.")
+    if outcome == Outcome.DENY:
+        return None  # a denial makes the bot do nothing: whoever may decide may deny
+    # Allowing resumes the turn for its principal: the press door asks U2 for them, as every door does.
+    admission = admission_decide(bot=bot, workspace=workspace, principal=principal, door=DOOR_PRESS)
+    if not admission.allowed:
+        logger.info("approval press refused", extra={"approval_id": approval.pk, "rule": admission.rule})
+        return _("The person who asked may no longer use this bot here, so the call cannot be allowed.")
+    return None

@@ -20,7 +20,7 @@ bot and source message (T2) and enqueues agents' `turn_run_task` after commit. T
   once (C2), then, only if the prompt really held the root, topic_root_prompt_delivered (C8); the receipt goes;
 - failed: the receipt replaced by the failure emoji, and one line to the chat;
 - notice: one line to the chat (failure, delivery failure, unreadable quote);
-- approval_requested / approval_decided: the approval card of a paused tool call, and a decision made elsewhere.
+- approval_place / approval_requested / approval_decided: where a call was asked, its card, a decision made elsewhere.
 `FeishuAutomationChannel` (feishu.channel.automation) posts an automation run's answer the same way (item 8).
 """
 
@@ -47,7 +47,7 @@ from agents.services.turns.channels import StreamSink, failure_notice_text
 from core.redaction import redact
 from core.tasks_enqueue import task_enqueue
 from core.text import TranslatableText
-from feishu.channel.approvals import approval_card_patch, approval_card_post
+from feishu.channel.approvals import approval_card_patch, approval_card_post, approval_place_of
 from feishu.channel.attachments import turn_attachments_fetch
 from feishu.channel.collected import (
     collected_receipts_add,
@@ -365,6 +365,8 @@ class FeishuChannel(TurnChannel):
         ):
             return
         super().failed(turn=turn, status=status)
+
+    approval_place = staticmethod(approval_place_of)  # U5: where a call was asked (feishu.channel.approvals)
 
     def approval_requested(self, *, turn: Turn, approval) -> None:
         approval_card_post(turn=turn, approval=approval)  # H1: feishu.channel.approvals

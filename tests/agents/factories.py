@@ -5,6 +5,7 @@ A message's visibility mask is derived from its thread's runtime mode (V4), neve
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 
 from agents.models import Bot, LLMModel, Message, Provider, Thread
 from agents.visibility import message_mask
@@ -19,6 +20,16 @@ class UserFactory(factory.django.DjangoModelFactory):
     email = factory.LazyAttribute(lambda user: f"{user.username}@example.com")
     password = factory.django.Password("pw-not-secret-123")
     is_staff = False
+
+
+def staff_user(username: str, *permissions: str):
+    """A staff user holding exactly `permissions` ("app.codename" each): being staff alone shows nobody else's rows
+    (U6), the permissions do."""
+    user = UserFactory(username=username, is_staff=True)
+    for permission in permissions:
+        app_label, codename = permission.split(".")
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    return user
 
 
 class ProviderFactory(factory.django.DjangoModelFactory):

@@ -5,7 +5,7 @@ import pytest
 from agents.llm.local_rules import ECHO_LABEL
 from agents.models import Message, Provider, Thread, Turn
 from agents.services.turns import REST_MESSAGE_MAX_CHARS
-from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
+from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory, staff_user
 from tests.clients import token_client
 from tests.stubs.llm_servers import AUTH_BODIES, StubResponse
 
@@ -19,7 +19,9 @@ def people():
     return {
         "owner": owner,
         "other": UserFactory(username="other"),
-        "staff": UserFactory(username="staff", is_staff=True),
+        # U6: staff see and act on every owner's threads and turns through the model permissions
+        "staff": staff_user("staff", "agents.view_thread", "agents.add_message", "agents.view_turn"),
+        "bare staff": staff_user("bare-staff"),
         "anonymous": None,
         "bot": BotFactory(slug="planner", name="Planner", owner=owner, primary_model=model),
     }
@@ -111,7 +113,8 @@ def test_get_turn_shows_a_failed_turns_error(people, llm_stub, django_capture_on
 
 
 @pytest.mark.parametrize(
-    ("role", "expected_status"), [("owner", 202), ("staff", 202), ("other", 404), ("anonymous", 401)]
+    ("role", "expected_status"),
+    [("owner", 202), ("staff", 202), ("other", 404), ("bare staff", 404), ("anonymous", 401)],
 )
 def test_post_message_permission_matrix_writes_nothing_when_refused(people, role, expected_status):
     # given
@@ -126,7 +129,8 @@ def test_post_message_permission_matrix_writes_nothing_when_refused(people, role
 
 
 @pytest.mark.parametrize(
-    ("role", "expected_status"), [("owner", 200), ("staff", 200), ("other", 404), ("anonymous", 401)]
+    ("role", "expected_status"),
+    [("owner", 200), ("staff", 200), ("other", 404), ("bare staff", 404), ("anonymous", 401)],
 )
 def test_get_turn_permission_matrix(people, role, expected_status, django_capture_on_commit_callbacks):
     # given

@@ -10,6 +10,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from agents.models import Bot, LLMModel, Message, Provider, Thread, UserProfile
+from tests.agents.factories import staff_user
 from threadcontext.models import Workspace
 
 pytestmark = pytest.mark.django_db
@@ -80,12 +81,12 @@ def test_seed_demo_rows():
 
 
 def test_seed_demo_threads_have_every_kind_and_history_and_context_differ():
-    # given the demo, read by a staff user through the API
+    # given the demo, read through the API by a staff user who may view threads (U6)
     _seed()
     chat = Thread.objects.get(runtime_mode="chat")
     automation = Thread.objects.get(runtime_mode="automation")
     client = APIClient()
-    client.force_authenticate(get_user_model().objects.create(username="ops", is_staff=True))
+    client.force_authenticate(staff_user("ops", "agents.view_thread"))
 
     def ids(url: str) -> list[tuple[str, int]]:
         return [(m["kind"], m["visibility_mask"]) for m in client.get(url).json()["results"]]

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from agents.models import Message, Thread
 from agents.selectors import context_messages_list, message_history_page, user_owns_bot_profile
 from agents.services.threads import InvalidMessageKindError, InvalidRuntimeModeError, message_create, thread_create
-from tests.agents.factories import BotFactory, MessageFactory, ThreadFactory, UserFactory
+from tests.agents.factories import BotFactory, MessageFactory, ThreadFactory, UserFactory, staff_user
 from tests.clients import token_client
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +25,15 @@ def people():
     return {
         "owner": owner,
         "other": UserFactory(username="other"),
-        "staff": UserFactory(username="staff", is_staff=True),
+        # U6: staff see every owner's threads through the model permissions, not through being staff
+        "staff": staff_user(
+            "staff",
+            "agents.view_thread",
+            "agents.view_bot",
+            "agents.add_thread",
+            "threadcontext.view_threadcontextdecision",
+        ),
+        "bare staff": staff_user("bare-staff"),
         "anonymous": None,
         "bot": BotFactory(slug="planner", owner=owner),
     }
@@ -38,7 +46,8 @@ THREAD_ENDPOINTS = ["{id}/", "{id}/history/", "{id}/context/"]
 
 @pytest.mark.parametrize("endpoint", THREAD_ENDPOINTS)
 @pytest.mark.parametrize(
-    ("role", "expected_status"), [("owner", 200), ("staff", 200), ("other", 404), ("anonymous", 401)]
+    ("role", "expected_status"),
+    [("owner", 200), ("staff", 200), ("other", 404), ("bare staff", 404), ("anonymous", 401)],
 )
 def test_thread_endpoints_permission_matrix(people, endpoint, role, expected_status):
     # given a chat thread of the owner's bot with one message
@@ -54,7 +63,7 @@ def test_thread_endpoints_permission_matrix(people, endpoint, role, expected_sta
     if role == "anonymous":
         assert response["WWW-Authenticate"] == "Token"
         assert response.json() == {"message": "Authentication credentials were not provided.", "extra": {}}
-    if role == "other":
+    if role in ("other", "bare staff"):
         assert response.json()["message"] == "Thread not found."
 
 
@@ -69,7 +78,8 @@ def test_thread_endpoints_404_for_a_thread_that_does_not_exist(people):
 
 
 @pytest.mark.parametrize(
-    ("role", "expected_titles"), [("owner", ["mine"]), ("staff", ["theirs", "mine"]), ("other", ["theirs"])]
+    ("role", "expected_titles"),
+    [("owner", ["mine"]), ("staff", ["theirs", "mine"]), ("other", ["theirs"]), ("bare staff", [])],
 )
 def test_thread_list_permission_matrix(people, role, expected_titles):
     # given one thread of the owner's bot and one of the other user's bot
@@ -79,7 +89,7 @@ def test_thread_list_permission_matrix(people, role, expected_titles):
     # when
     response = token_client(people[role]).get(THREADS_URL)
 
-    # then: newest first, only the threads of bots the user owns (staff: all)
+    # then: newest first, only the threads of bots the user owns (staff who may view threads: all)
     assert response.status_code == 200
     assert [thread["title"] for thread in response.json()["results"]] == expected_titles
     assert response.json()["count"] == len(expected_titles)
@@ -111,7 +121,8 @@ def test_thread_list_anonymous_is_401(people):
 
 
 @pytest.mark.parametrize(
-    ("role", "expected_status"), [("owner", 201), ("staff", 201), ("other", 400), ("anonymous", 401)]
+    ("role", "expected_status"),
+    [("owner", 201), ("staff", 201), ("other", 400), ("bare staff", 400), ("anonymous", 401)],
 )
 def test_thread_create_permission_matrix(people, role, expected_status):
     # given the owner's bot "planner"
@@ -120,7 +131,7 @@ def test_thread_create_permission_matrix(people, role, expected_status):
     # when
     response = client.post(THREADS_URL, {"bot": "planner", "runtime_mode": "chat", "title": "t"}, format="json")
 
-    # then: only the owner (or staff) may start a thread on it; another user's attempt writes nothing
+    # then: only the owner (or staff who may add threads) may start a thread on it; another's attempt writes nothing
     assert response.status_code == expected_status
     assert Thread.objects.count() == (1 if expected_status == 201 else 0)
 
@@ -147,7 +158,8 @@ def test_session_authentication_works_too(people):
         ("owner", "missing", False),
         ("other", "planner", False),
         ("other", "coder", True),
-        ("staff", "planner", True),
+        # the staff part of the rule is threadcontext's (core.permissions), not ownership
+        ("staff", "planner", False),
     ],
 )
 def test_user_owns_bot_profile_is_the_ownership_rule_for_context_decisions(people, role, bot_profile, expected):
@@ -157,7 +169,9 @@ def test_user_owns_bot_profile_is_the_ownership_rule_for_context_decisions(peopl
     assert user_owns_bot_profile(people[role], bot_profile) is expected
 
 
-@pytest.mark.parametrize(("role", "expected_status"), [("owner", 200), ("other", 403), ("staff", 200)])
+@pytest.mark.parametrize(
+    ("role", "expected_status"), [("owner", 200), ("other", 403), ("staff", 200), ("bare staff", 403)]
+)
 def test_context_decisions_api_lets_a_bots_owner_read_by_default(people, role, expected_status):
     # given the default settings: AMUX_CONTEXT_DECISION_ACCESS_CHECK is the ownership rule (ARCHITECTURE §7)
 

@@ -46,7 +46,9 @@ def ops_bot(make_feishu_bot, llm_stub, mcp_url):
     return bot
 
 
-def ask(feishu, bot, llm_stub, *, message_id: str = "om_ask", final: str = "Counted.", root: str = "") -> Turn:
+def ask(
+    feishu, bot, llm_stub, *, message_id: str = "om_ask", final: str = "Counted.", root: str = "", sender: str = ALICE
+) -> Turn:
     llm_stub.enqueue(
         "openai_chat",
         StubResponse(body=openai_chat_body(tool_calls=[("ops__counter", {"seconds": 0})])),
@@ -54,7 +56,7 @@ def ask(feishu, bot, llm_stub, *, message_id: str = "om_ask", final: str = "Coun
     )
     topic = {"root_id": root, "parent_id": root, "thread_id": f"omt_{root}"} if root else {}
     response, _ = feishu.say(
-        bot, text="count the deploys", chat_id=CHAT, mention=[bot], sender=ALICE, message_id=message_id, **topic
+        bot, text="count the deploys", chat_id=CHAT, mention=[bot], sender=sender, message_id=message_id, **topic
     )
     assert response.status_code == 200
     return Turn.objects.get(bot=bot, source_message_id=message_id)
@@ -65,8 +67,10 @@ def approval_card_sent(stub) -> tuple[str, dict[str, Any]]:
     return sent["message_id"], json.loads(sent["content"])
 
 
-def card_payload(bot, *, approval_id, decision: str, operator: str, message_id: str, event_id: str = "") -> dict:
-    """A `card.action.trigger` callback as Feishu posts it (schema 2.0)."""
+def card_payload(
+    bot, *, approval_id, decision: str, operator: str, message_id: str, event_id: str = "", chat_id: str = CHAT
+) -> dict:
+    """A `card.action.trigger` callback as Feishu posts it (schema 2.0); `chat_id`: the chat Feishu says it came from."""
     return {
         "schema": "2.0",
         "header": {
@@ -82,7 +86,7 @@ def card_payload(bot, *, approval_id, decision: str, operator: str, message_id: 
             "token": "c-" + secrets.token_hex(8),
             "action": {"tag": "button", "value": {VALUE_KEY: approval_id, "decision": decision}},
             "host": "im_message",
-            "context": {"open_message_id": message_id, "open_chat_id": CHAT},
+            "context": {"open_message_id": message_id, "open_chat_id": chat_id},
         },
     }
 

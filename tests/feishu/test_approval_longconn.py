@@ -17,10 +17,17 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 def test_h1_a_press_over_the_long_connection_is_decided_once_and_answered_in_the_ack(
     feishu_stub, ws_stub, long_connection_bot, connect
 ):
-    # given: a turn of the bot waiting on an approval whose card was posted as om_card (finished turn: no re-run)
+    # given: a turn of the bot for Alice, waiting on an approval whose card was posted as om_card (finished: no re-run)
     bot = long_connection_bot
     thread = ThreadFactory(bot=bot, channel=Thread.Channel.FEISHU)
-    turn = Turn.objects.create(bot=bot, thread=thread, trigger="mention", source_message_id="om_x", status="delivered")
+    turn = Turn.objects.create(
+        bot=bot,
+        thread=thread,
+        trigger="mention",
+        source_message_id="om_x",
+        status="delivered",
+        principal_open_id=ALICE,  # U1: the turn acts for Alice, who may decide its approval (U5)
+    )
     approval = ToolApproval.objects.create(
         turn=turn,
         step=1,

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.urls import reverse
 
+from tests.agents.factories import staff_user
 from tests.agents.test_llm_adapters import model_for
 from tests.stubs.llm_servers import StubResponse, openai_chat_body
 from threadcontext.explain import decision_explain_text
@@ -57,7 +57,7 @@ def test_explain_cli_api_and_admin_show_pins_clears_and_summaries(decision, api_
         line.split()[3] for line in text.splitlines() if "old idea" in line or "new point 0" in line
     }
 
-    api_client.force_authenticate(get_user_model().objects.create_user("staff", password="x", is_staff=True))
+    api_client.force_authenticate(staff_user("staff", "threadcontext.view_threadcontextdecision"))  # U6
     data = api_client.get(reverse("api:threadcontext:decision", args=[decision.pk])).json()
     assert [item["reason"] for item in data["selected"][:2]] == ["pinned", "summary"]
     assert {"cleared", "summarised"} <= {item["reason"] for item in data["excluded"]}

@@ -21,7 +21,7 @@ from rest_framework.authtoken.models import Token
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from agents.models import Message, Provider, Thread, Turn
-from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory
+from tests.agents.factories import BotFactory, LLMModelFactory, ProviderFactory, ThreadFactory, UserFactory, staff_user
 
 pytestmark = pytest.mark.django_db
 
@@ -52,7 +52,17 @@ def world():
     owned = [ThreadFactory(bot=bot, title=f"owned-{n}") for n in range(3)]
     return {
         "owner": owner,
-        "staff": UserFactory(username="staff", is_staff=True),
+        # U6: staff reach every owner's rows through the model permissions of each REST action
+        "staff": staff_user(
+            "staff",
+            "agents.view_bot",
+            "agents.view_thread",
+            "agents.add_thread",
+            "agents.add_message",
+            "agents.view_turn",
+            "agents.change_toolapproval",
+            "threadcontext.view_threadcontextdecision",
+        ),
         "other": UserFactory(username="other"),
         "owned_thread_ids": {thread.pk for thread in owned},
     }

@@ -11,6 +11,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 from django.urls import reverse
 
+from tests.agents.factories import staff_user
 from tests.threadcontext.conftest import CHAT_ID, CODER, PLANNER, ROOT_ID, inbound, workspace_create
 from threadcontext.explain import display_width, text_table
 from threadcontext.models import ThreadContextDecision, Workspace
@@ -171,8 +172,7 @@ def test_c12_explain_asks_for_a_profile_when_several_bots_decided_on_the_root(sc
 
 @pytest.fixture
 def staff(api_client):
-    user = get_user_model().objects.create_user("staff", password="x", is_staff=True)
-    api_client.force_authenticate(user)
+    api_client.force_authenticate(staff_user("staff", "threadcontext.view_threadcontextdecision"))  # U6
     return api_client
 
 

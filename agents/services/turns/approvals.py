@@ -11,7 +11,11 @@ decision commits the turn is enqueued; the runner claims it, the loop replays th
 M2) and finishes the paused step through the gate, which now finds the decision. Should that enqueue be lost (the
 process died after the commit), the sweeper enqueues every awaiting turn whose approval was decided a while ago.
 
-Who may decide is the channel's rule (Feishu: the requester or the chat's owner; REST: the bot's owner or staff).
+Who may decide is the channel's rule (Feishu: the turn's principal, the chat's owner or the bot's owner; REST: the
+bot's owner or staff allowed to change approvals), and only before the deadline (U5): a person's decision after
+`expires_at` is refused as expired, and the deadline's denial is recorded in its place, as the sweeper would (the
+one-to-one key keeps it once). "Allow in this conversation" is granted to the turn's principal, in the thread and
+the part of it the channel names (a Feishu topic: a group-scope session spans every topic), never wider.
 """
 
 import json
@@ -26,10 +30,11 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from agents.llm.base import ToolCall
-from agents.models import McpServer, Thread, ToolApproval, ToolApprovalDecision, Turn, TurnToolCall
+from agents.models import McpServer, ToolApproval, ToolApprovalDecision, Turn, TurnToolCall
+from agents.principals import Principal, principal_from_turn
 from agents.secrets import hub_secrets
 from agents.services.enqueue import turn_enqueue
-from agents.services.turns.channels import channel_for
+from agents.services.turns.channels import ApprovalPlace, channel_for
 from agents.tools.loop import ApprovalPending, Gate, LoopTool
 from core.redaction import redacted, redacted_arguments
 
@@ -71,10 +76,29 @@ def decision_of(approval: ToolApproval) -> ToolApprovalDecision | None:
         return None
 
 
-def conversation_allows(*, thread: Thread, server: str, tool: str) -> bool:
-    """Whether someone allowed `server`'s `tool` for the whole conversation (a REST thread, a Feishu session)."""
+def _same_principal(principal: Principal) -> Q | None:
+    """Approvals whose turn acts for `principal`: by the id that names them most narrowly (a Feishu open_id is per
+    app, and a thread is one bot's), else their union_id, else their hub user; None for nobody (no grant is theirs)."""
+    if principal.open_id:
+        return Q(approval__turn__principal_open_id=principal.open_id)
+    if principal.union_id:
+        return Q(approval__turn__principal_union_id=principal.union_id)
+    if principal.user_id is not None:
+        return Q(approval__turn__principal_user_id=principal.user_id)
+    return None
+
+
+def conversation_allows(*, turn: Turn, place: ApprovalPlace, server: str, tool: str) -> bool:
+    """Whether `server`'s `tool` was allowed for this conversation to the person `turn` acts for (U5): in its thread
+    and the part of it `place` names (a Feishu topic), for that principal only. Another person, another topic or
+    another thread still gets asked."""
+    principal = _same_principal(principal_from_turn(turn))
+    if principal is None:
+        return False
     return ToolApprovalDecision.objects.filter(
-        approval__turn__thread=thread,
+        principal,
+        approval__turn__thread_id=turn.thread_id,
+        approval__topic=place.topic[:100],
         approval__server=server,
         approval__tool=tool,
         outcome=Outcome.ALLOW_CONVERSATION,
@@ -91,9 +115,12 @@ def approval_gate(*, turn: Turn, servers: dict[str, McpServer]) -> Gate:
     def gate(call: ToolCall, tool: LoopTool, step: int, index: int, step_calls) -> str | None:
         approval = ToolApproval.objects.select_related("decision").filter(turn=turn, step=step, index=index).first()
         if approval is None:
-            if conversation_allows(thread=turn.thread, server=tool.server, tool=tool.tool):
+            place = channel_for(thread=turn.thread).approval_place(turn=turn)
+            if conversation_allows(turn=turn, place=place, server=tool.server, tool=tool.tool):
                 return None
-            approval = _approval_create(turn=turn, call=call, tool=tool, step=step, index=index, step_calls=step_calls)
+            approval = _approval_create(
+                turn=turn, call=call, tool=tool, step=step, index=index, step_calls=step_calls, place=place
+            )
             decision = None
         else:
             decision = decision_of(approval)
@@ -110,11 +137,16 @@ def approval_gate(*, turn: Turn, servers: dict[str, McpServer]) -> Gate:
     return gate
 
 
-def _approval_create(*, turn: Turn, call: ToolCall, tool: LoopTool, step: int, index: int, step_calls) -> ToolApproval:
+def _approval_create(
+    *, turn: Turn, call: ToolCall, tool: LoopTool, step: int, index: int, step_calls, place: ApprovalPlace
+) -> ToolApproval:
     server = McpServer.objects.filter(bot_id=turn.bot_id, name=tool.server).first()
     timeout = server.approval_timeout_seconds if server is not None else 600
     arguments = call.arguments if isinstance(call.arguments, dict) else {"raw": str(call.arguments)}
-    requester = turn.user_message.author if turn.user_message is not None else ""
+    # Who asked is the person the turn acts for (U1): a hand-off's message was written by a bot, the chain's person
+    # asked. A REST user's name, as before, when the principal has no Feishu id.
+    author = turn.user_message.author if turn.user_message is not None else ""
+    requester = turn.principal_open_id or turn.principal_union_id or author
     approval, _ = ToolApproval.objects.get_or_create(
         turn=turn,
         step=step,
@@ -127,6 +159,8 @@ def _approval_create(*, turn: Turn, call: ToolCall, tool: LoopTool, step: int, i
             # The calls run with what the model asked (the model never sees a hub secret: prompts are redacted).
             "step_calls": [_call_json(c) for c in step_calls],
             "requested_by": requester[:200],
+            "chat_id": place.chat_id[:64],
+            "topic": place.topic[:100],
             "expires_at": timezone.now() + timedelta(seconds=timeout),
         },
     )
@@ -149,13 +183,49 @@ def approval_pending_step(*, turn: Turn) -> tuple[int, list[ToolCall]] | None:
 class Decided:
     decision: ToolApprovalDecision
     won: bool  # False: an earlier decision stands, `decision` is that one
+    # U5: the person decided after the deadline; `decision` is the deadline's denial (recorded now, or before)
+    expired: bool = False
+
+
+def approval_is_expired(*, approval: ToolApproval, now: datetime) -> bool:
+    """Whether a person's decision comes too late (U5): the card says no decision by `expires_at` is a denial."""
+    return now >= approval.expires_at
 
 
 def approval_decide(
-    *, approval: ToolApproval, outcome: str, via: str, decided_by: str = "", event_id: str = ""
+    *,
+    approval: ToolApproval,
+    outcome: str,
+    via: str,
+    decided_by: str = "",
+    event_id: str = "",
+    now: datetime | None = None,
 ) -> Decided:
     """Record the decision unless one exists (the one-to-one key decides between racing presses), then, after
-    commit, enqueue the turn and (for a decision not made on the card itself) let the channel update the card."""
+    commit, enqueue the turn and (for a decision not made on the card itself) let the channel update the card.
+
+    A person's decision (a press, REST) after the deadline is refused (U5): the deadline's denial is recorded in its
+    place, exactly as the sweeper records it, and the answer says `expired`."""
+    if via != ToolApprovalDecision.Via.SWEEPER and approval_is_expired(approval=approval, now=now or timezone.now()):
+        timed_out = _decision_record(
+            approval=approval, outcome=Outcome.TIMEOUT, via=ToolApprovalDecision.Via.SWEEPER, came_via=via
+        )
+        logger.info(
+            "late approval decision refused",
+            extra={"turn_id": approval.turn_id, "approval_id": approval.pk, "via": via},
+        )
+        expired = timed_out.decision.outcome == Outcome.TIMEOUT  # else a person decided in time, racing this one
+        return Decided(decision=timed_out.decision, won=False, expired=expired)
+    return _decision_record(
+        approval=approval, outcome=outcome, via=via, decided_by=decided_by, event_id=event_id, came_via=via
+    )
+
+
+def _decision_record(
+    *, approval: ToolApproval, outcome: str, via: str, came_via: str, decided_by: str = "", event_id: str = ""
+) -> Decided:
+    """The one write of a decision. `came_via`: how the request came (a press is answered with the card itself, so
+    the card is updated only for a decision that came another way: REST, the sweeper)."""
     try:
         with transaction.atomic():
             decision = ToolApprovalDecision.objects.create(
@@ -170,7 +240,7 @@ def approval_decide(
     )
     turn_id = approval.turn_id
     transaction.on_commit(lambda: turn_enqueue(turn_id=turn_id))
-    if via != ToolApprovalDecision.Via.CARD:
+    if came_via != ToolApprovalDecision.Via.CARD:
         transaction.on_commit(lambda: _card_update(approval=approval, decision=decision))
     return Decided(decision=decision, won=True)
 

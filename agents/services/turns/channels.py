@@ -18,6 +18,8 @@ Hooks, in the order the runner calls them:
   provider streams it, and one short label per tool call (the streaming card of R3 shows both).
 - `deliver(turn, reply)`: idempotent (a fixed uuid per turn and chunk); raises `DeliveryRetryable` or
   `DeliveryPermanent`.
+- `approval_place(turn)`: where a tool call that needs approval was asked (H1/U5): the chat whose owner may decide,
+  and the part of the thread an "allow in this conversation" grant covers.
 - `approval_requested(turn, approval)` / `approval_decided(turn, approval, decision)`: a tool call waits for a
   person (H1): show the question (Feishu: a card with buttons), then the decision made elsewhere (REST, timeout).
 - `failed(turn, status)`: the turn ended failed or delivery_failed; tell the chat in one line when it can be reached.
@@ -81,6 +83,16 @@ class Prepared:
     author: str = ""
     context_decision_id: int | None = None
     channel_state: dict = field(default_factory=dict)  # the channel's own notes for deliver (e.g. the root went in)
+
+
+@dataclass(frozen=True)
+class ApprovalPlace:
+    """Where a call that needs approval was asked (U5). `chat_id`: the channel's chat (a Feishu chat; empty for
+    REST). `topic`: the part of the thread a grant to "allow in this conversation" covers besides the thread itself
+    (a Feishu topic; empty: the whole thread, as a REST thread or a DM is one conversation)."""
+
+    chat_id: str = ""
+    topic: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,6 +162,9 @@ class TurnChannel:
 
     def notice(self, *, turn: Turn, text: TranslatableText, purpose: str) -> None:
         return None
+
+    def approval_place(self, *, turn: Turn) -> ApprovalPlace:
+        return ApprovalPlace()
 
     def approval_requested(self, *, turn: Turn, approval) -> None:
         return None
