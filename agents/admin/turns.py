@@ -76,9 +76,8 @@ class TurnAdmin(AuditAdmin):
     @admin.display(description=_("acts for"))
     def acts_for(self, turn: Turn) -> str:
         """U1: the person this turn acts for, the door they came through and why they were admitted (U2)."""
-        reason = (turn.admission or {}).get("reason", "")
         words = acts_for_in_words(turn)
-        return f"{words} · {reason}" if reason else words
+        return f"{words} · {gettext('admitted')}" if (turn.admission or {}).get("allowed") else words
 
     @admin.display(description=_("queued"), ordering="queued_at")
     def queued(self, turn: Turn) -> str:
