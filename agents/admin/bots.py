@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin
 from django.core.validators import MaxValueValidator
 from django.utils.html import format_html
+from django.utils.text import capfirst
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -45,7 +46,7 @@ class BotForm(SecretFieldsForm):
     # U2: one id per line, as the workspace's lists are edited; never JSON typed by hand.
     dm_open_ids = OpenIdListField(
         required=False,
-        label=_("people for direct messages"),
+        label=capfirst(_("people for direct messages")),
         help_text=_("Open ids (or union ids) of the people who may message the bot directly, for the listed policy."),
     )
     feishu_app_secret = SecretField(label=_("Feishu app secret"))
