@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from django.db import transaction
 
 from agents.models import Bot, Message, Turn
-from agents.principals import NOBODY, Admission, Principal
+from agents.principals import Admission, Principal
 from agents.secrets import hub_secrets, turn_redactions_add
 from agents.services.enqueue import turn_enqueue
 from agents.services.turns import (
@@ -112,19 +112,15 @@ from threadcontext.services import (
 logger = logging.getLogger(__name__)
 
 
-def feishu_turn_start(
-    *, bot: Bot, message, trigger: str, admission: Admission, principal: Principal | None = None
-) -> Turn | None:
+def feishu_turn_start(*, bot: Bot, message, trigger: str, admission: Admission, principal: Principal) -> Turn | None:
     """Resolve the session, create the turn once per (bot, source message) and enqueue it after commit.
 
     `message` is threadcontext's InboundMessage. Returns None when the entry point belongs to a retired session
     (C14): the user is told to start a new topic and nothing is submitted. `admission`: the door's decision (U2),
-    which the caller made for `principal` (U1; default: the message's sender) and which must have admitted it.
+    which the caller made for `principal` (U1: the person the turn acts for) and which must have admitted it.
     """
     if not admission.allowed:  # a door that forgot to stop a refused principal must not start a turn (U2)
         raise ValueError(f"a refused admission cannot start a turn: {admission.rule}")
-    if principal is None:
-        principal = Principal(open_id=message.sender_id) if message.sender_type == "user" else NOBODY
     try:
         thread = session_thread_resolve(bot=bot, message=message)
     except SessionRetired:
